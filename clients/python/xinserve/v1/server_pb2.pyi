@@ -1,0 +1,93 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class StructuredOutputMode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    STRUCTURED_OUTPUT_MODE_UNSPECIFIED: _ClassVar[StructuredOutputMode]
+    STRUCTURED_OUTPUT_MODE_JSON_SCHEMA: _ClassVar[StructuredOutputMode]
+    STRUCTURED_OUTPUT_MODE_REGEX: _ClassVar[StructuredOutputMode]
+    STRUCTURED_OUTPUT_MODE_CHOICE: _ClassVar[StructuredOutputMode]
+    STRUCTURED_OUTPUT_MODE_GRAMMAR: _ClassVar[StructuredOutputMode]
+    STRUCTURED_OUTPUT_MODE_JSON_OBJECT: _ClassVar[StructuredOutputMode]
+STRUCTURED_OUTPUT_MODE_UNSPECIFIED: StructuredOutputMode
+STRUCTURED_OUTPUT_MODE_JSON_SCHEMA: StructuredOutputMode
+STRUCTURED_OUTPUT_MODE_REGEX: StructuredOutputMode
+STRUCTURED_OUTPUT_MODE_CHOICE: StructuredOutputMode
+STRUCTURED_OUTPUT_MODE_GRAMMAR: StructuredOutputMode
+STRUCTURED_OUTPUT_MODE_JSON_OBJECT: StructuredOutputMode
+
+class Device(_message.Message):
+    __slots__ = ("kind", "index", "name")
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    kind: str
+    index: int
+    name: str
+    def __init__(self, kind: _Optional[str] = ..., index: _Optional[int] = ..., name: _Optional[str] = ...) -> None: ...
+
+class Capabilities(_message.Message):
+    __slots__ = ("structured_output_modes", "max_logprobs", "lora", "prefix_caching", "max_n", "max_stop_sequences", "max_embed_inputs")
+    STRUCTURED_OUTPUT_MODES_FIELD_NUMBER: _ClassVar[int]
+    MAX_LOGPROBS_FIELD_NUMBER: _ClassVar[int]
+    LORA_FIELD_NUMBER: _ClassVar[int]
+    PREFIX_CACHING_FIELD_NUMBER: _ClassVar[int]
+    MAX_N_FIELD_NUMBER: _ClassVar[int]
+    MAX_STOP_SEQUENCES_FIELD_NUMBER: _ClassVar[int]
+    MAX_EMBED_INPUTS_FIELD_NUMBER: _ClassVar[int]
+    structured_output_modes: _containers.RepeatedScalarFieldContainer[StructuredOutputMode]
+    max_logprobs: int
+    lora: bool
+    prefix_caching: bool
+    max_n: int
+    max_stop_sequences: int
+    max_embed_inputs: int
+    def __init__(self, structured_output_modes: _Optional[_Iterable[_Union[StructuredOutputMode, str]]] = ..., max_logprobs: _Optional[int] = ..., lora: _Optional[bool] = ..., prefix_caching: _Optional[bool] = ..., max_n: _Optional[int] = ..., max_stop_sequences: _Optional[int] = ..., max_embed_inputs: _Optional[int] = ...) -> None: ...
+
+class GetServerInfoRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class GetServerInfoResponse(_message.Message):
+    __slots__ = ("server_version", "schema_revision", "min_client_revision", "backend", "backend_version", "devices", "capabilities")
+    SERVER_VERSION_FIELD_NUMBER: _ClassVar[int]
+    SCHEMA_REVISION_FIELD_NUMBER: _ClassVar[int]
+    MIN_CLIENT_REVISION_FIELD_NUMBER: _ClassVar[int]
+    BACKEND_FIELD_NUMBER: _ClassVar[int]
+    BACKEND_VERSION_FIELD_NUMBER: _ClassVar[int]
+    DEVICES_FIELD_NUMBER: _ClassVar[int]
+    CAPABILITIES_FIELD_NUMBER: _ClassVar[int]
+    server_version: str
+    schema_revision: int
+    min_client_revision: int
+    backend: str
+    backend_version: str
+    devices: _containers.RepeatedCompositeFieldContainer[Device]
+    capabilities: Capabilities
+    def __init__(self, server_version: _Optional[str] = ..., schema_revision: _Optional[int] = ..., min_client_revision: _Optional[int] = ..., backend: _Optional[str] = ..., backend_version: _Optional[str] = ..., devices: _Optional[_Iterable[_Union[Device, _Mapping]]] = ..., capabilities: _Optional[_Union[Capabilities, _Mapping]] = ...) -> None: ...
+
+class GetLoadRequest(_message.Message):
+    __slots__ = ("model",)
+    MODEL_FIELD_NUMBER: _ClassVar[int]
+    model: str
+    def __init__(self, model: _Optional[str] = ...) -> None: ...
+
+class GetLoadResponse(_message.Message):
+    __slots__ = ("running", "waiting", "kv_cache_usage", "in_flight", "queued")
+    RUNNING_FIELD_NUMBER: _ClassVar[int]
+    WAITING_FIELD_NUMBER: _ClassVar[int]
+    KV_CACHE_USAGE_FIELD_NUMBER: _ClassVar[int]
+    IN_FLIGHT_FIELD_NUMBER: _ClassVar[int]
+    QUEUED_FIELD_NUMBER: _ClassVar[int]
+    running: int
+    waiting: int
+    kv_cache_usage: float
+    in_flight: int
+    queued: int
+    def __init__(self, running: _Optional[int] = ..., waiting: _Optional[int] = ..., kv_cache_usage: _Optional[float] = ..., in_flight: _Optional[int] = ..., queued: _Optional[int] = ...) -> None: ...
