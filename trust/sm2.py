@@ -1,0 +1,479 @@
+"""SM2 signatures (GB/T 32918.2) with the GM/T 0009 default distinguishing ID, pinned.
+
+The curve arithmetic and signing come from ``gmssl-pyx`` (static GmSSL 3.x); key encodings are parsed
+and written here with ``asn1crypto``, strictly, because pyca/cryptography refuses SM2 keys. See
+docs/signing.md for the library comparison.
+
+Fail-closed rules of :meth:`Sm2PublicKey.verify`: the signature must be strict DER
+``SEQUENCE { INTEGER r, INTEGER s }`` with ``1 <= r, s < n`` and nothing after it; any exception of
+the library, any ``False``, any malformed input becomes :class:`InvalidSignature`.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hmac
+import os
+import re
+from typing import Any
+
+import gmssl_pyx
+from asn1crypto import core, keys
+from asn1crypto import pem as asn1_pem
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
+from cryptography.hazmat.primitives.kdf.pbkdf2 import PBKDF2HMAC
+
+from trust._curve import SM2P256V1
+from trust.errors import InvalidSignature, KeyFormatError
+from trust.sm3 import sm3
+
+#: GM/T 0009-2012 default distinguishing ID. Pinned: never read from an artifact or an option.
+DEFAULT_ID = b"1234567812345678"
+
+OID_EC_PUBLIC_KEY = "1.2.840.10045.2.1"
+OID_SM2_CURVE = "1.2.156.10197.1.301"
+OID_SM4_CBC = "1.2.156.10197.1.104.2"
+OID_HMAC_SM3 = "1.2.156.10197.1.401.2"
+
+#: PBKDF2 iterations for password-protected private keys written by :meth:`Sm2PrivateKey.to_pem`.
+DEFAULT_KDF_ITERATIONS = 200_000
+_MAX_KDF_ITERATIONS = 10_000_000
+
+_CURVE = SM2P256V1
+
+# asn1crypto needs the SM2 curve's key size to build ECPrivateKey structures.
+if OID_SM2_CURVE not in keys.NamedCurve._map:
+    keys.NamedCurve.register("sm2p256v1", OID_SM2_CURVE, 32)
+_N = _CURVE.n
+
+
+def _strict_load(spec: type[core.Asn1Value], der: bytes, what: str) -> Any:
+    """Parse ``der`` as ``spec``: no trailing bytes, and it must be the canonical DER encoding."""
+    try:
+        value = spec.load(der, strict=True)
+        _ = value.native  # forces a full parse of every nested value
+        if value.dump(force=True) != der:
+            raise KeyFormatError(f"{what} is not canonical DER")
+    except KeyFormatError:
+        raise
+    except Exception:
+        raise KeyFormatError(f"{what} is not valid DER") from None
+    return value
+
+
+def _pem_unarmor(data: bytes, allowed: tuple[str, ...]) -> tuple[str, bytes]:
+    try:
+        if not asn1_pem.detect(data):
+            raise KeyFormatError(f"not a PEM file (expected {' or '.join(allowed)})")
+        label, _headers, der = asn1_pem.unarmor(data)
+    except KeyFormatError:
+        raise
+    except Exception:
+        raise KeyFormatError("malformed PEM") from None
+    if label not in allowed:
+        raise KeyFormatError(f"PEM label {label!r} is not {' or '.join(allowed)}")
+    if data.count(b"-----BEGIN") != 1:
+        raise KeyFormatError("PEM file holds more than one object")
+    return label, der
+
+
+def _check_point(raw: bytes) -> bytes:
+    """Validate an uncompressed SEC1 point; return X||Y (64 bytes)."""
+    if len(raw) != 65 or raw[0] != 0x04:
+        raise KeyFormatError("SM2 public key must be an uncompressed point (04||X||Y, 65 bytes)")
+    x = int.from_bytes(raw[1:33], "big")
+    y = int.from_bytes(raw[33:], "big")
+    if not _CURVE.on_curve(x, y):
+        raise KeyFormatError("SM2 public key point is not on the sm2p256v1 curve")
+    # Cofactor 1: every finite point of the curve is in the prime-order group; (0,0) is not on it.
+    return raw[1:]
+
+
+def _check_algorithm(alg: Any) -> None:
+    oid = alg["algorithm"].dotted
+    if oid != OID_EC_PUBLIC_KEY:
+        raise KeyFormatError(f"key algorithm {oid} is not id-ecPublicKey")
+    params = alg["parameters"]
+    if params.name != "named":
+        raise KeyFormatError("SM2 key must name its curve (explicit parameters are refused)")
+    curve = params.chosen.dotted
+    if curve != OID_SM2_CURVE:
+        raise KeyFormatError(f"curve {curve} is not SM2 ({OID_SM2_CURVE})")
+
+
+def parse_der_signature(signature: bytes) -> tuple[int, int]:
+    """Strictly parse a DER SM2 signature into (r, s); raise :class:`InvalidSignature` otherwise."""
+    if not isinstance(signature, bytes | bytearray) or len(signature) < 8 or len(signature) > 72:
+        raise InvalidSignature("signature is not DER SEQUENCE { r, s }")
+    sig = bytes(signature)
+    if sig[0] != 0x30 or sig[1] >= 0x80 or sig[1] + 2 != len(sig):
+        raise InvalidSignature("signature is not DER SEQUENCE { r, s } (or has trailing bytes)")
+    pos = 2
+    values = []
+    for _ in range(2):
+        if pos + 2 > len(sig) or sig[pos] != 0x02 or sig[pos + 1] >= 0x80:
+            raise InvalidSignature("signature component is not a DER INTEGER")
+        ln = sig[pos + 1]
+        body = sig[pos + 2 : pos + 2 + ln]
+        if ln == 0 or len(body) != ln or ln > 33:
+            raise InvalidSignature("signature component has a bad length")
+        if body[0] & 0x80:
+            raise InvalidSignature("signature component is negative")
+        if ln > 1 and body[0] == 0 and not body[1] & 0x80:
+            raise InvalidSignature("signature component is not minimally encoded")
+        values.append(int.from_bytes(body, "big"))
+        pos += 2 + ln
+    if pos != len(sig):
+        raise InvalidSignature("trailing bytes inside the signature")
+    r, s = values
+    if not (1 <= r < _N and 1 <= s < _N):
+        raise InvalidSignature("signature component out of range")
+    return r, s
+
+
+def encode_der_signature(r: int, s: int) -> bytes:
+    """DER ``SEQUENCE { INTEGER r, INTEGER s }``."""
+
+    def integer(v: int) -> bytes:
+        body = v.to_bytes(max(1, (v.bit_length() + 8) // 8), "big")
+        return b"\x02" + bytes([len(body)]) + body
+
+    inner = integer(r) + integer(s)
+    return b"\x30" + bytes([len(inner)]) + inner
+
+
+class Sm2PublicKey:
+    """An SM2 public key. ``der`` is its SubjectPublicKeyInfo; ``key_id`` = hex SM3 of ``der``."""
+
+    __slots__ = ("_der", "_key_id", "_raw")
+
+    def __init__(self, raw: bytes) -> None:
+        """From the 64-byte X||Y (validated). Prefer :meth:`from_pem` / :meth:`from_der`."""
+        self._raw = _check_point(b"\x04" + bytes(raw))
+        spki = keys.PublicKeyInfo(
+            {
+                "algorithm": keys.PublicKeyAlgorithm(
+                    {
+                        "algorithm": OID_EC_PUBLIC_KEY,
+                        "parameters": keys.ECDomainParameters(name="named", value=OID_SM2_CURVE),
+                    }
+                ),
+                "public_key": b"\x04" + self._raw,
+            }
+        )
+        self._der: bytes = spki.dump()
+        self._key_id = sm3(self._der).hex()
+
+    @classmethod
+    def from_der(cls, der: bytes) -> Sm2PublicKey:
+        """Parse a DER SubjectPublicKeyInfo (id-ecPublicKey, named curve SM2, uncompressed point)."""
+        if not isinstance(der, bytes | bytearray):
+            raise KeyFormatError("public key DER must be bytes")
+        spki = _strict_load(keys.PublicKeyInfo, bytes(der), "public key")
+        try:
+            _check_algorithm(spki["algorithm"])
+            bits = spki["public_key"]
+            if bits.unused_bits:
+                raise KeyFormatError("public key BIT STRING has unused bits")
+            point = bits.contents[1:]
+        except KeyFormatError:
+            raise
+        except Exception:
+            raise KeyFormatError("malformed SubjectPublicKeyInfo") from None
+        key = cls(_check_point(point))
+        if key.der != bytes(der):
+            raise KeyFormatError("public key is not in canonical form")
+        return key
+
+    @classmethod
+    def from_pem(cls, data: bytes) -> Sm2PublicKey:
+        """Parse a ``PUBLIC KEY`` PEM (SubjectPublicKeyInfo)."""
+        _label, der = _pem_unarmor(data, ("PUBLIC KEY",))
+        return cls.from_der(der)
+
+    @property
+    def der(self) -> bytes:
+        return self._der
+
+    @property
+    def raw(self) -> bytes:
+        """X||Y, 64 bytes."""
+        return self._raw
+
+    @property
+    def key_id(self) -> str:
+        return self._key_id
+
+    def to_pem(self) -> bytes:
+        return asn1_pem.armor("PUBLIC KEY", self._der)
+
+    def verify(self, signature: bytes, data: bytes) -> None:
+        """Verify a DER SM2 signature over Z(DEFAULT_ID, key)||data. Raises InvalidSignature."""
+        parse_der_signature(signature)
+        try:
+            ok = gmssl_pyx.sm2_verify(self._raw, bytes(data), bytes(signature), DEFAULT_ID)
+        except Exception:
+            raise InvalidSignature("SM2 signature verification failed") from None
+        if ok is not True:
+            raise InvalidSignature("SM2 signature does not verify")
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Sm2PublicKey) and hmac.compare_digest(self._der, other._der)
+
+    def __hash__(self) -> int:
+        return hash(self._der)
+
+    def __repr__(self) -> str:
+        return f"Sm2PublicKey(key_id={self._key_id[:16]}...)"
+
+
+class Sm2PrivateKey:
+    """An SM2 private key. Its scalar never appears in ``repr`` or error messages."""
+
+    __slots__ = ("_d", "_public")
+
+    def __init__(self, d: bytes, public: Sm2PublicKey | None = None) -> None:
+        if len(d) != 32:
+            raise KeyFormatError("SM2 private key scalar must be 32 bytes")
+        k = int.from_bytes(d, "big")
+        if not 1 <= k <= _N - 2:
+            raise KeyFormatError("SM2 private key scalar out of range")
+        point = _CURVE.mul(k)
+        assert point is not None
+        derived = Sm2PublicKey(point[0].to_bytes(32, "big") + point[1].to_bytes(32, "big"))
+        if public is not None and public != derived:
+            raise KeyFormatError("private key and its embedded public key do not match")
+        self._d = bytes(d)
+        self._public = derived
+
+    @classmethod
+    def generate(cls) -> Sm2PrivateKey:
+        """A fresh key from GmSSL's generator (OS randomness)."""
+        pub, priv = gmssl_pyx.sm2_key_generate()
+        return cls(priv, Sm2PublicKey(pub))
+
+    @classmethod
+    def from_der(cls, der: bytes, password: bytes | None = None) -> Sm2PrivateKey:
+        """Parse DER PKCS#8 ``PrivateKeyInfo`` (or ``EncryptedPrivateKeyInfo`` with ``password``)."""
+        if password is not None:
+            der = _pkcs8_decrypt(der, password)
+        pki = _strict_load(keys.PrivateKeyInfo, bytes(der), "private key")
+        try:
+            if pki["version"].native not in ("v1", 0):
+                raise KeyFormatError("unsupported PKCS#8 version")
+            _check_algorithm(pki["private_key_algorithm"])
+            ec = keys.ECPrivateKey.load(pki["private_key"].contents, strict=True)
+            d_int = ec["private_key"].native
+            params = ec["parameters"]
+            if params.native is not None and (params.name != "named" or params.chosen.dotted != OID_SM2_CURVE):
+                raise KeyFormatError("ECPrivateKey names a curve other than SM2")
+            pub_bits = ec["public_key"]
+            public = None
+            if pub_bits.native is not None:
+                public = Sm2PublicKey(_check_point(pub_bits.contents[1:]))
+        except KeyFormatError:
+            raise
+        except Exception:
+            raise KeyFormatError("malformed SM2 PKCS#8 private key") from None
+        if not isinstance(d_int, int) or d_int <= 0 or d_int.bit_length() > 256:
+            raise KeyFormatError("SM2 private key scalar out of range")
+        return cls(d_int.to_bytes(32, "big"), public)
+
+    @classmethod
+    def from_pem(cls, data: bytes, password: bytes | None = None) -> Sm2PrivateKey:
+        """Parse a ``PRIVATE KEY`` or ``ENCRYPTED PRIVATE KEY`` PEM (PKCS#8)."""
+        label, der = _pem_unarmor(data, ("PRIVATE KEY", "ENCRYPTED PRIVATE KEY"))
+        if label == "ENCRYPTED PRIVATE KEY":
+            if password is None:
+                raise KeyFormatError("the private key is password-protected: a password is needed")
+            return cls.from_der(der, password)
+        if password is not None:
+            raise KeyFormatError("a password was given but the private key is not encrypted")
+        return cls.from_der(der)
+
+    def to_der(self) -> bytes:
+        ec = keys.ECPrivateKey(
+            {
+                "version": "ecPrivkeyVer1",
+                "private_key": int.from_bytes(self._d, "big"),
+                "public_key": b"\x04" + self._public.raw,
+            }
+        )
+        pki = keys.PrivateKeyInfo(
+            {
+                "version": 0,
+                "private_key_algorithm": keys.PrivateKeyAlgorithm(
+                    {
+                        "algorithm": OID_EC_PUBLIC_KEY,
+                        "parameters": keys.ECDomainParameters(name="named", value=OID_SM2_CURVE),
+                    }
+                ),
+                "private_key": ec,
+            }
+        )
+        return pki.dump()
+
+    def to_pem(self, password: bytes | None = None, iterations: int = DEFAULT_KDF_ITERATIONS) -> bytes:
+        """PKCS#8 PEM. With ``password``: PBES2 = PBKDF2-HMAC-SHA256 + SM4-CBC.
+
+        OpenSSL 3.0 reads and writes exactly this (``openssl pkcs8 -topk8 -v2 sm4-cbc``); it does not
+        know hmacWithSM3 as a PBKDF2 PRF, so SM3 is accepted on read but not written.
+        """
+        if password is None:
+            return asn1_pem.armor("PRIVATE KEY", self.to_der())
+        if not password:
+            raise ValueError("an empty password protects nothing")
+        return asn1_pem.armor("ENCRYPTED PRIVATE KEY", _pkcs8_encrypt(self.to_der(), password, iterations))
+
+    def public_key(self) -> Sm2PublicKey:
+        return self._public
+
+    def sign(self, data: bytes) -> bytes:
+        """DER signature over Z(DEFAULT_ID, public key)||data, random k from GmSSL."""
+        sig = gmssl_pyx.sm2_sign(self._d, self._public.raw, bytes(data), DEFAULT_ID)
+        self._public.verify(sig, data)  # never hand out a signature that does not verify
+        return bytes(sig)
+
+    def __repr__(self) -> str:
+        return f"Sm2PrivateKey(key_id={self._public.key_id[:16]}...)"
+
+
+# --- PKCS#8 encryption (PBES2) ---------------------------------------------------------------
+
+_PRFS: dict[str, hashes.HashAlgorithm] = {
+    OID_HMAC_SM3: hashes.SM3(),
+    "1.2.840.113549.2.9": hashes.SHA256(),
+    "1.2.840.113549.2.11": hashes.SHA512(),
+}
+_CIPHERS: dict[str, tuple[type, int]] = {
+    OID_SM4_CBC: (algorithms.SM4, 16),
+    "2.16.840.1.101.3.4.1.42": (algorithms.AES, 32),  # aes256-CBC
+    "2.16.840.1.101.3.4.1.2": (algorithms.AES, 16),  # aes128-CBC
+}
+
+
+class _AlgId(core.Sequence):
+    _fields = [  # noqa: RUF012
+        ("algorithm", core.ObjectIdentifier),
+        ("parameters", core.Any, {"optional": True}),
+    ]
+
+
+class _Pbkdf2Params(core.Sequence):
+    _fields = [  # noqa: RUF012 - asn1crypto's declaration style
+        ("salt", core.OctetString),
+        ("iteration_count", core.Integer),
+        ("key_length", core.Integer, {"optional": True}),
+        ("prf", _AlgId, {"optional": True}),
+    ]
+
+
+class _Pbes2Params(core.Sequence):
+    _fields = [  # noqa: RUF012
+        ("key_derivation_func", _AlgId),
+        ("encryption_scheme", _AlgId),
+    ]
+
+
+class _EncryptedPrivateKeyInfo(core.Sequence):
+    _fields = [  # noqa: RUF012
+        ("encryption_algorithm", _AlgId),
+        ("encrypted_data", core.OctetString),
+    ]
+
+
+_OID_PBES2 = "1.2.840.113549.1.5.13"
+_OID_PBKDF2 = "1.2.840.113549.1.5.12"
+_OID_HMAC_SHA256 = "1.2.840.113549.2.9"
+
+
+def _pkcs8_encrypt(der: bytes, password: bytes, iterations: int) -> bytes:
+    salt, iv = os.urandom(16), os.urandom(16)
+    key = PBKDF2HMAC(hashes.SHA256(), 16, salt, iterations).derive(password)
+    pad = 16 - len(der) % 16
+    enc = Cipher(algorithms.SM4(key), modes.CBC(iv)).encryptor()
+    ct = enc.update(der + bytes([pad]) * pad) + enc.finalize()
+    kdf = _Pbkdf2Params(
+        {
+            "salt": salt,
+            "iteration_count": iterations,
+            "prf": _AlgId({"algorithm": _OID_HMAC_SHA256, "parameters": core.Null()}),
+        }
+    )
+    scheme = _Pbes2Params(
+        {
+            "key_derivation_func": _AlgId({"algorithm": _OID_PBKDF2, "parameters": kdf}),
+            "encryption_scheme": _AlgId({"algorithm": OID_SM4_CBC, "parameters": core.OctetString(iv)}),
+        }
+    )
+    return _EncryptedPrivateKeyInfo(
+        {"encryption_algorithm": _AlgId({"algorithm": _OID_PBES2, "parameters": scheme}), "encrypted_data": ct}
+    ).dump()
+
+
+def _pkcs8_decrypt(der: bytes, password: bytes) -> bytes:
+    try:
+        info = _EncryptedPrivateKeyInfo.load(bytes(der), strict=True)
+        if info["encryption_algorithm"]["algorithm"].dotted != _OID_PBES2:
+            raise KeyFormatError("only PBES2-encrypted private keys are supported")
+        pbes2 = _Pbes2Params.load(info["encryption_algorithm"]["parameters"].dump(), strict=True)
+        kdf_alg = pbes2["key_derivation_func"]
+        if kdf_alg["algorithm"].dotted != _OID_PBKDF2:
+            raise KeyFormatError("only PBKDF2 key derivation is supported")
+        kdf = _Pbkdf2Params.load(kdf_alg["parameters"].dump(), strict=True)
+        prf_oid = kdf["prf"]["algorithm"].dotted if kdf["prf"].native is not None else "1.2.840.113549.2.7"
+        if prf_oid not in _PRFS:
+            raise KeyFormatError(f"unsupported PBKDF2 PRF {prf_oid}")
+        scheme = pbes2["encryption_scheme"]
+        cipher_oid = scheme["algorithm"].dotted
+        if cipher_oid not in _CIPHERS:
+            raise KeyFormatError(f"unsupported PKCS#8 cipher {cipher_oid}")
+        cipher_cls, key_len = _CIPHERS[cipher_oid]
+        iv = core.OctetString.load(scheme["parameters"].dump(), strict=True).native
+        iterations = kdf["iteration_count"].native
+        salt = kdf["salt"].native
+        ct = info["encrypted_data"].native
+    except KeyFormatError:
+        raise
+    except Exception:
+        raise KeyFormatError("malformed encrypted PKCS#8 private key") from None
+    if not 1 <= iterations <= _MAX_KDF_ITERATIONS or len(iv) != 16 or not ct or len(ct) % 16:
+        raise KeyFormatError("encrypted PKCS#8 parameters out of range")
+    key = PBKDF2HMAC(_PRFS[prf_oid], key_len, salt, iterations).derive(password)
+    dec = Cipher(cipher_cls(key), modes.CBC(iv)).decryptor()
+    pt = dec.update(ct) + dec.finalize()
+    pad = pt[-1]
+    if not 1 <= pad <= 16 or pt[-pad:] != bytes([pad]) * pad:
+        raise KeyFormatError("wrong password for the private key (or the key file is corrupt)")
+    return pt[:-pad]
+
+
+def load_password(spec: str) -> bytes:
+    """Helper for CLIs: ``env:VAR`` or ``file:PATH`` → password bytes (trailing newline stripped)."""
+    kind, _, value = spec.partition(":")
+    if kind == "env":
+        pw = os.environ.get(value)
+        if pw is None:
+            raise KeyFormatError(f"environment variable {value} is not set")
+        return pw.encode()
+    if kind == "file":
+        with open(value, "rb") as f:
+            return f.read().rstrip(b"\r\n")
+    raise KeyFormatError("password source must be env:VAR or file:PATH")
+
+
+def b64decode_strict(text: str | bytes) -> bytes:
+    """Strict standard base64 (padding required, no stray characters)."""
+    if isinstance(text, str):
+        if not re.fullmatch(r"[A-Za-z0-9+/]*={0,2}", text):
+            raise ValueError("not base64")
+        text = text.encode("ascii")
+    try:
+        out = base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError):
+        raise ValueError("not base64") from None
+    if base64.b64encode(out) != text:
+        raise ValueError("non-canonical base64")
+    return out
