@@ -1,0 +1,521 @@
+"""The asyncio client, over ``grpc.aio``."""
+# ruff: noqa: ASYNC109 - `timeout` is the gRPC deadline, propagated to the server; asyncio.timeout cannot do that
+
+from __future__ import annotations
+
+import asyncio
+import types
+from collections.abc import Sequence
+from typing import Any, Generic, TypeVar
+
+import grpc
+import grpc.aio
+from xinserve.v1 import (
+    inference_pb2,
+    inference_pb2_grpc,
+    model_pb2,
+    model_pb2_grpc,
+    sampling_pb2,
+    server_pb2,
+    server_pb2_grpc,
+)
+
+from ._base import _ClientBase
+from ._common import (
+    DEFAULT,
+    HEALTH_CHECK_METHOD,
+    ChatMessageLike,
+    Prompt,
+    Timeout,
+    decode_health_response,
+    encode_health_request,
+)
+from .errors import from_rpc_error
+
+T = TypeVar("T")
+
+
+class AsyncResponseStream(Generic[T]):
+    """An async iterator over the messages of a server-streaming call.
+
+    ``async for msg in stream`` receives messages as they arrive. ``aclose()`` (or the
+    synchronous ``close()``), leaving an ``async with`` block, or garbage collection cancels
+    the RPC, which makes the server abort the engine request at once; iteration then simply
+    ends. Breaking out of ``async for`` alone does NOT cancel: use ``async with`` or call
+    ``aclose()``. Server and transport errors raise :class:`~xinserve_client.XinserveError`
+    subclasses from ``__anext__``.
+
+    Attributes:
+        request_id: the request id sent as ``x-request-id`` (None if none was sent).
+    """
+
+    def __init__(self, call: Any, request_id: str | None) -> None:
+        self._call = call
+        self._closed = False
+        self.request_id = request_id
+
+    def __aiter__(self) -> AsyncResponseStream[T]:
+        return self
+
+    async def __anext__(self) -> T:
+        if self._closed:
+            raise StopAsyncIteration
+        try:
+            message = await self._call.read()
+        except grpc.RpcError as exc:
+            if self._closed:
+                raise StopAsyncIteration from None
+            raise from_rpc_error(exc, self.request_id) from None
+        except asyncio.CancelledError:
+            if self._closed:  # closed from another task while this one was reading
+                raise StopAsyncIteration from None
+            self._call.cancel()
+            raise
+        if message is grpc.aio.EOF:
+            raise StopAsyncIteration
+        return message  # type: ignore[no-any-return]
+
+    def close(self) -> None:
+        """Cancel the call (idempotent; a no-op once the stream has ended)."""
+        self._closed = True
+        self._call.cancel()
+
+    cancel = close
+
+    async def aclose(self) -> None:
+        """Cancel the call (idempotent)."""
+        self.close()
+
+    @property
+    def closed(self) -> bool:
+        """True once close()/aclose() was called."""
+        return self._closed
+
+    async def __aenter__(self) -> AsyncResponseStream[T]:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: types.TracebackType | None
+    ) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            if not self._closed and not self._call.done():
+                self._call.cancel()
+        except Exception:  # noqa: S110 - loop already closed
+            pass
+
+
+class AsyncXinserveClient(_ClientBase):
+    """asyncio client for an xinserve server (over ``grpc.aio``).
+
+    Example::
+
+        async with AsyncXinserveClient("127.0.0.1:50051") as client:
+            reply = await client.generate("xinserve-tiny-llama", "Hello", max_tokens=16, temperature=0.0)
+            print(reply.outputs[0].text)
+            async with client.generate_stream("xinserve-tiny-llama", "Hello", max_tokens=64) as stream:
+                async for delta in stream:
+                    print(delta.text, end="", flush=True)
+
+    Create it inside a running event loop and use it from that loop only. Methods are
+    coroutines except ``generate_stream``/``chat_stream``, which return an
+    :class:`AsyncResponseStream` at once (the call starts then).
+
+    Results are the generated ``xinserve.v1`` messages (``GenerateResponse``, ``EmbedResponse``,
+    ...) except where a method says otherwise. Every failed call raises a subclass of
+    :class:`~xinserve_client.XinserveError`; raw ``grpc.RpcError`` never escapes. Calling a
+    method after :meth:`close` raises ``RuntimeError``. Cancelling the awaiting task cancels
+    the RPC and raises ``asyncio.CancelledError`` as usual.
+
+    Args:
+        target: ``host:port`` (any gRPC target string). Default ``127.0.0.1:50051``.
+        tls: force TLS on (True) or off (False); by default TLS is on when ``ca_cert`` or
+            ``client_cert`` is given, else the channel is plaintext.
+        ca_cert: PEM of the CA that signed the server certificate (bytes, PEM text or a file
+            path); None uses the system roots when TLS is on.
+        client_cert, client_key: PEM client certificate chain and private key for mTLS.
+        token: bearer token, or a zero-argument callable returning the current one (called
+            for every call, so it can refresh; keep it fast). Sent as
+            ``authorization: Bearer <token>``: as call credentials over TLS; as plain
+            metadata on plaintext channels, which is allowed only to loopback targets
+            (127.0.0.0/8, ::1, localhost, unix:) unless ``allow_insecure_token=True``.
+        server_name: TLS name to verify the server certificate against, when it differs
+            from the target host.
+        allow_insecure_token: send the token over plaintext to a non-loopback target.
+        timeout: default deadline in seconds for inference calls (generate, chat, embed and
+            their streams); None (default) = no deadline.
+        control_timeout: default deadline in seconds for the other calls (models, server
+            info, load, health, tokenize, detokenize, abort). Default 30.
+        wait_for_ready: queue calls while the channel connects instead of failing fast with
+            UNAVAILABLE.
+        max_receive_message_bytes, max_send_message_bytes: message size limits (64 MiB).
+        keepalive_time_s, keepalive_timeout_s: HTTP/2 keepalive ping interval (30 s; the
+            server permits >= 10 s, with or without calls) and ack timeout (10 s).
+        channel_options: extra ``(name, value)`` gRPC channel options, appended last.
+        metadata: ``(key, value)`` pairs sent with every call.
+        generate_request_ids: when a call has no ``request_id``, send a random one (uuid4
+            hex) as ``x-request-id`` so errors and streams carry it.
+
+    Raises:
+        ValueError: inconsistent options (cert without key, token over plaintext to a
+            remote target, unreadable PEM file, non-positive timeout).
+    """
+
+    def _open(self) -> None:
+        cfg = self._config
+        if cfg.credentials is not None:
+            self._channel = grpc.aio.secure_channel(cfg.target, cfg.credentials, options=cfg.options)
+        else:
+            self._channel = grpc.aio.insecure_channel(cfg.target, options=cfg.options)
+        self._inference = inference_pb2_grpc.InferenceServiceStub(self._channel)
+        self._models = model_pb2_grpc.ModelServiceStub(self._channel)
+        self._server = server_pb2_grpc.ServerServiceStub(self._channel)
+        self._health = self._channel.unary_unary(
+            HEALTH_CHECK_METHOD,
+            request_serializer=encode_health_request,
+            response_deserializer=decode_health_response,
+        )
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    async def close(self, grace: float | None = None) -> None:
+        """Close the channel; calls still in flight are cancelled (after ``grace`` seconds,
+        if given). Idempotent."""
+        if not self._closed:
+            self._closed = True
+            await self._channel.close(grace)
+
+    async def __aenter__(self) -> AsyncXinserveClient:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: types.TracebackType | None
+    ) -> None:
+        await self.close()
+
+    async def _unary(self, method: Any, request: Any, kwargs: dict[str, Any], rid: str | None) -> Any:
+        try:
+            return await method(request, **kwargs)
+        except grpc.RpcError as exc:
+            raise from_rpc_error(exc, rid) from None
+
+    def _stream(self, method: Any, request: Any, kwargs: dict[str, Any], rid: str | None) -> Any:
+        return AsyncResponseStream(method(request, **kwargs), rid)
+
+    # -- inference ---------------------------------------------------------------------
+
+    async def generate(
+        self,
+        model: str,
+        prompt: Prompt,
+        *,
+        sampling_params: sampling_pb2.SamplingParams | None = None,
+        request_id: str | None = None,
+        timeout: Timeout = DEFAULT,
+        traceparent: str | None = None,
+        tracestate: str | None = None,
+        metadata: Sequence[tuple[str, str]] | None = None,
+        **sampling: Any,
+    ) -> inference_pb2.GenerateResponse:
+        """Generate completions and return them whole (``Generate``).
+
+        Args:
+            model: served model name.
+            prompt: the prompt text, or a sequence of token ids.
+            sampling_params: a prebuilt ``SamplingParams``; keyword sampling arguments are
+                applied on top of a copy of it.
+            request_id: caller-chosen id (1..128 printable ASCII), sent in the request and
+                as ``x-request-id``; usable with :meth:`abort`.
+            timeout: deadline in seconds; None = none; default: the client's ``timeout``.
+            traceparent, tracestate: W3C trace context passed through as metadata.
+            metadata: extra ``(key, value)`` metadata for this call.
+            **sampling: vLLM-named sampling parameters (``max_tokens``, ``temperature``,
+                ``top_p``, ``top_k``, ``seed``, ``stop``, ``n``, ``logprobs``, ...; see
+                :func:`~xinserve_client.build_sampling_params`). None leaves a field unset;
+                ``temperature=0.0`` is sent explicitly (greedy).
+
+        Returns:
+            ``xinserve.v1.GenerateResponse``: ``outputs[i].text`` / ``.token_ids`` /
+            ``.finish_reason``, and ``usage`` (token counts).
+
+        Raises:
+            InvalidArgumentError: bad parameters (``field_violations`` names them).
+            NotFoundError: unknown model or LoRA adapter.
+            ResourceExhaustedError: admission full (``retry_after`` seconds).
+            DeadlineExceededError, UnavailableError, XinserveError: other failures.
+            TypeError: an unknown sampling keyword.
+        """
+        request = self._generate_request(model, prompt, sampling_params, request_id, sampling)
+        kwargs, rid = self._call_args(
+            timeout=timeout, control=False, request_id=request_id, traceparent=traceparent,
+            tracestate=tracestate, metadata=metadata,
+        )  # fmt: skip
+        return await self._unary(self._inference.Generate, request, kwargs, rid)  # type: ignore[no-any-return]
+
+    def generate_stream(
+        self,
+        model: str,
+        prompt: Prompt,
+        *,
+        sampling_params: sampling_pb2.SamplingParams | None = None,
+        request_id: str | None = None,
+        timeout: Timeout = DEFAULT,
+        traceparent: str | None = None,
+        tracestate: str | None = None,
+        metadata: Sequence[tuple[str, str]] | None = None,
+        **sampling: Any,
+    ) -> AsyncResponseStream[inference_pb2.GenerateStreamResponse]:
+        """Generate, streaming deltas as the engine produces them (``GenerateStream``).
+
+        Arguments as :meth:`generate`. The timeout covers the whole stream.
+
+        Returns:
+            An :class:`AsyncResponseStream` of ``xinserve.v1.GenerateStreamResponse``: per message
+            ``index``, ``text`` and ``token_ids`` deltas; ``finish_reason`` once per index on
+            its last message; ``usage`` on the final message. ``aclose()``/``close()`` cancels the call.
+
+        Raises:
+            (while iterating) the exceptions listed for :meth:`generate`.
+        """
+        request = self._generate_request(model, prompt, sampling_params, request_id, sampling)
+        kwargs, rid = self._call_args(
+            timeout=timeout, control=False, request_id=request_id, traceparent=traceparent,
+            tracestate=tracestate, metadata=metadata,
+        )  # fmt: skip
+        return self._stream(self._inference.GenerateStream, request, kwargs, rid)  # type: ignore[no-any-return]
+
+    async def chat(
+        self,
+        model: str,
+        messages: Sequence[ChatMessageLike],
+        *,
+        add_generation_prompt: bool | None = None,
+        sampling_params: sampling_pb2.SamplingParams | None = None,
+        request_id: str | None = None,
+        timeout: Timeout = DEFAULT,
+        traceparent: str | None = None,
+        tracestate: str | None = None,
+        metadata: Sequence[tuple[str, str]] | None = None,
+        **sampling: Any,
+    ) -> inference_pb2.ChatResponse:
+        """Reply to a conversation; the server applies the model's chat template (``Chat``).
+
+        Args:
+            messages: ``ChatMessage`` protos, ``{"role": ..., "content": ...}`` dicts or
+                ``(role, content)`` tuples; role is system/user/assistant/tool.
+            add_generation_prompt: append the assistant-turn opener (server default: true).
+            Others: as :meth:`generate`.
+
+        Returns:
+            ``xinserve.v1.ChatResponse`` (``outputs``, ``usage``).
+
+        Raises:
+            As :meth:`generate`; FailedPreconditionError for a model that cannot chat.
+        """
+        request = self._chat_request(
+            model, messages, sampling_params, request_id, add_generation_prompt, sampling
+        )
+        kwargs, rid = self._call_args(
+            timeout=timeout, control=False, request_id=request_id, traceparent=traceparent,
+            tracestate=tracestate, metadata=metadata,
+        )  # fmt: skip
+        return await self._unary(self._inference.Chat, request, kwargs, rid)  # type: ignore[no-any-return]
+
+    def chat_stream(
+        self,
+        model: str,
+        messages: Sequence[ChatMessageLike],
+        *,
+        add_generation_prompt: bool | None = None,
+        sampling_params: sampling_pb2.SamplingParams | None = None,
+        request_id: str | None = None,
+        timeout: Timeout = DEFAULT,
+        traceparent: str | None = None,
+        tracestate: str | None = None,
+        metadata: Sequence[tuple[str, str]] | None = None,
+        **sampling: Any,
+    ) -> AsyncResponseStream[inference_pb2.ChatStreamResponse]:
+        """Streaming form of :meth:`chat` (``ChatStream``).
+
+        Returns:
+            An :class:`AsyncResponseStream` of ``xinserve.v1.ChatStreamResponse`` (fields as in
+            :meth:`generate_stream`). ``aclose()``/``close()`` cancels the call.
+        """
+        request = self._chat_request(
+            model, messages, sampling_params, request_id, add_generation_prompt, sampling
+        )
+        kwargs, rid = self._call_args(
+            timeout=timeout, control=False, request_id=request_id, traceparent=traceparent,
+            tracestate=tracestate, metadata=metadata,
+        )  # fmt: skip
+        return self._stream(self._inference.ChatStream, request, kwargs, rid)  # type: ignore[no-any-return]
+
+    async def embed(
+        self,
+        model: str,
+        inputs: str | Sequence[str],
+        *,
+        normalize: bool | None = None,
+        request_id: str | None = None,
+        timeout: Timeout = DEFAULT,
+        traceparent: str | None = None,
+        tracestate: str | None = None,
+        metadata: Sequence[tuple[str, str]] | None = None,
+    ) -> inference_pb2.EmbedResponse:
+        """Embed one text or several (``Embed``).
+
+        Args:
+            model: served embedding model name.
+            inputs: a string or a sequence of 1..1024 non-empty strings.
+            normalize: L2-normalise the vectors (None = the model's default, true for
+                sentence-transformers models).
+            Others: as :meth:`generate`.
+
+        Returns:
+            ``xinserve.v1.EmbedResponse``: ``embeddings[i].values`` (floats, the model's
+            hidden size, e.g. 384) in input order, and ``usage.prompt_tokens``.
+
+        Raises:
+            InvalidArgumentError, NotFoundError, FailedPreconditionError (not an embedding
+            model), and the others listed for :meth:`generate`.
+        """
+        request = self._embed_request(model, inputs, normalize, request_id)
+        kwargs, rid = self._call_args(
+            timeout=timeout, control=False, request_id=request_id, traceparent=traceparent,
+            tracestate=tracestate, metadata=metadata,
+        )  # fmt: skip
+        return await self._unary(self._inference.Embed, request, kwargs, rid)  # type: ignore[no-any-return]
+
+    async def tokenize(
+        self,
+        model: str,
+        text: str,
+        *,
+        add_special_tokens: bool | None = None,
+        timeout: Timeout = DEFAULT,
+        metadata: Sequence[tuple[str, str]] | None = None,
+    ) -> inference_pb2.TokenizeResponse:
+        """Tokenize text with the model's tokenizer (``Tokenize``).
+
+        Returns:
+            ``xinserve.v1.TokenizeResponse``: ``token_ids`` and ``max_model_len`` (tokens).
+
+        Raises:
+            NotFoundError, InvalidArgumentError, XinserveError.
+        """
+        request = self._tokenize_request(model, text, add_special_tokens)
+        kwargs, rid = self._call_args(timeout=timeout, control=True, metadata=metadata)
+        return await self._unary(self._inference.Tokenize, request, kwargs, rid)  # type: ignore[no-any-return]
+
+    async def detokenize(
+        self,
+        model: str,
+        token_ids: Sequence[int],
+        *,
+        skip_special_tokens: bool | None = None,
+        timeout: Timeout = DEFAULT,
+        metadata: Sequence[tuple[str, str]] | None = None,
+    ) -> str:
+        """Turn token ids back into text (``Detokenize``).
+
+        Returns:
+            The text.
+
+        Raises:
+            NotFoundError, InvalidArgumentError (an id outside the vocabulary), XinserveError.
+        """
+        request = self._detokenize_request(model, token_ids, skip_special_tokens)
+        kwargs, rid = self._call_args(timeout=timeout, control=True, metadata=metadata)
+        response = await self._unary(self._inference.Detokenize, request, kwargs, rid)
+        return str(response.text)
+
+    async def abort(
+        self,
+        request_id: str,
+        *,
+        timeout: Timeout = DEFAULT,
+        metadata: Sequence[tuple[str, str]] | None = None,
+    ) -> bool:
+        """Abort a running request by its id (``Abort``; idempotent).
+
+        Returns:
+            True if a running request was found and aborted; False for an unknown or
+            finished id.
+        """
+        kwargs, rid = self._call_args(timeout=timeout, control=True, metadata=metadata)
+        response = await self._unary(
+            self._inference.Abort, inference_pb2.AbortRequest(request_id=request_id), kwargs, rid
+        )
+        return bool(response.aborted)
+
+    # -- models and server -------------------------------------------------------------
+
+    async def list_models(
+        self, *, timeout: Timeout = DEFAULT, metadata: Sequence[tuple[str, str]] | None = None
+    ) -> list[model_pb2.Model]:
+        """All configured models, served or not (``ListModels``).
+
+        Returns:
+            A list of ``xinserve.v1.Model`` (name, kind, state, verification_status, ...).
+        """
+        kwargs, rid = self._call_args(timeout=timeout, control=True, metadata=metadata)
+        response = await self._unary(self._models.ListModels, model_pb2.ListModelsRequest(), kwargs, rid)
+        return list(response.models)
+
+    async def get_model(
+        self, name: str, *, timeout: Timeout = DEFAULT, metadata: Sequence[tuple[str, str]] | None = None
+    ) -> model_pb2.Model:
+        """One model by served name (``GetModel``).
+
+        Returns:
+            The ``xinserve.v1.Model``.
+
+        Raises:
+            NotFoundError: no such model.
+        """
+        kwargs, rid = self._call_args(timeout=timeout, control=True, metadata=metadata)
+        response = await self._unary(self._models.GetModel, self._get_model_request(name), kwargs, rid)
+        return response.model  # type: ignore[no-any-return]
+
+    async def server_info(
+        self, *, timeout: Timeout = DEFAULT, metadata: Sequence[tuple[str, str]] | None = None
+    ) -> server_pb2.GetServerInfoResponse:
+        """Server version, schema revision, backend, devices and capabilities (``GetServerInfo``)."""
+        kwargs, rid = self._call_args(timeout=timeout, control=True, metadata=metadata)
+        return await self._unary(self._server.GetServerInfo, server_pb2.GetServerInfoRequest(), kwargs, rid)  # type: ignore[no-any-return]
+
+    async def load(
+        self,
+        model: str = "",
+        *,
+        timeout: Timeout = DEFAULT,
+        metadata: Sequence[tuple[str, str]] | None = None,
+    ) -> server_pb2.GetLoadResponse:
+        """Current load (``GetLoad``): ``running``, ``waiting``, ``kv_cache_usage`` (0..1),
+        ``in_flight``, ``queued``. ``model`` limits it to one model ("" = all)."""
+        kwargs, rid = self._call_args(timeout=timeout, control=True, metadata=metadata)
+        return await self._unary(self._server.GetLoad, self._load_request(model), kwargs, rid)  # type: ignore[no-any-return]
+
+    async def health(
+        self,
+        service: str = "",
+        *,
+        timeout: Timeout = DEFAULT,
+        metadata: Sequence[tuple[str, str]] | None = None,
+    ) -> str:
+        """Standard ``grpc.health.v1.Health/Check``.
+
+        Args:
+            service: ``""`` for the whole server, or e.g. ``"xinserve.v1.InferenceService"``.
+
+        Returns:
+            ``"SERVING"``, ``"NOT_SERVING"``, ``"SERVICE_UNKNOWN"`` or ``"UNKNOWN"``.
+
+        Raises:
+            NotFoundError: the server does not know ``service``.
+            UnavailableError: the server cannot be reached.
+        """
+        kwargs, rid = self._call_args(timeout=timeout, control=True, metadata=metadata)
+        return str(await self._unary(self._health, service, kwargs, rid))

@@ -1,0 +1,186 @@
+"""Constructor options and request building shared by the sync and asyncio clients."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from xinserve.v1 import inference_pb2, model_pb2, sampling_pb2, server_pb2
+
+from ._common import (
+    ChatMessageLike,
+    MiB,
+    PemSource,
+    Prompt,
+    Timeout,
+    TokenSource,
+    build_sampling_params,
+    call_metadata,
+    channel_config,
+    chat_messages,
+    resolve_timeout,
+    set_prompt,
+)
+
+DEFAULT_TARGET = "127.0.0.1:50051"
+
+
+class _ClientBase:
+    """Options common to both clients (see XinserveClient for their meaning)."""
+
+    def __init__(
+        self,
+        target: str = DEFAULT_TARGET,
+        *,
+        tls: bool | None = None,
+        ca_cert: PemSource | None = None,
+        client_cert: PemSource | None = None,
+        client_key: PemSource | None = None,
+        token: TokenSource | None = None,
+        server_name: str | None = None,
+        allow_insecure_token: bool = False,
+        timeout: float | None = None,
+        control_timeout: float | None = 30.0,
+        wait_for_ready: bool = False,
+        max_receive_message_bytes: int = 64 * MiB,
+        max_send_message_bytes: int = 64 * MiB,
+        keepalive_time_s: float = 30.0,
+        keepalive_timeout_s: float = 10.0,
+        channel_options: Sequence[tuple[str, Any]] = (),
+        metadata: Sequence[tuple[str, str]] | None = None,
+        generate_request_ids: bool = True,
+    ) -> None:
+        for name, value in (("timeout", timeout), ("control_timeout", control_timeout)):
+            if value is not None and value <= 0:
+                raise ValueError(f"{name} must be > 0 seconds or None")
+        self._config = channel_config(
+            target,
+            tls=tls,
+            ca_cert=ca_cert,
+            client_cert=client_cert,
+            client_key=client_key,
+            token=token,
+            server_name=server_name,
+            allow_insecure_token=allow_insecure_token,
+            max_receive_message_bytes=max_receive_message_bytes,
+            max_send_message_bytes=max_send_message_bytes,
+            keepalive_time_s=keepalive_time_s,
+            keepalive_timeout_s=keepalive_timeout_s,
+            channel_options=channel_options,
+            metadata=metadata,
+        )
+        self.target = target
+        self.timeout = timeout
+        self.control_timeout = control_timeout
+        self._wait_for_ready = wait_for_ready
+        self._generate_request_ids = generate_request_ids
+        self._closed = False
+        self._open()
+
+    def _open(self) -> None:
+        raise NotImplementedError
+
+    # -- per-call plumbing -----------------------------------------------------------------
+
+    def _call_args(
+        self,
+        *,
+        timeout: Timeout,
+        control: bool,
+        request_id: str | None = None,
+        traceparent: str | None = None,
+        tracestate: str | None = None,
+        metadata: Sequence[tuple[str, str]] | None = None,
+    ) -> tuple[dict[str, Any], str | None]:
+        if self._closed:
+            raise RuntimeError("the xinserve client is closed")
+        md, rid = call_metadata(
+            self._config,
+            request_id=request_id,
+            traceparent=traceparent,
+            tracestate=tracestate,
+            metadata=metadata,
+            generate_request_id=self._generate_request_ids,
+        )
+        kwargs: dict[str, Any] = {
+            "timeout": resolve_timeout(timeout, self.control_timeout if control else self.timeout),
+            "metadata": md,
+        }
+        if self._wait_for_ready:
+            kwargs["wait_for_ready"] = True
+        return kwargs, rid
+
+    # -- request builders ----------------------------------------------------------------
+
+    @staticmethod
+    def _generate_request(
+        model: str,
+        prompt: Prompt,
+        sampling_params: sampling_pb2.SamplingParams | None,
+        request_id: str | None,
+        sampling: dict[str, Any],
+    ) -> inference_pb2.GenerateRequest:
+        request = inference_pb2.GenerateRequest(model=model, request_id=request_id or "")
+        set_prompt(request, prompt)
+        params = build_sampling_params(sampling_params, **sampling)
+        if params is not None:
+            request.sampling_params.CopyFrom(params)
+        return request
+
+    @staticmethod
+    def _chat_request(
+        model: str,
+        messages: Sequence[ChatMessageLike],
+        sampling_params: sampling_pb2.SamplingParams | None,
+        request_id: str | None,
+        add_generation_prompt: bool | None,
+        sampling: dict[str, Any],
+    ) -> inference_pb2.ChatRequest:
+        request = inference_pb2.ChatRequest(
+            model=model, messages=chat_messages(messages), request_id=request_id or ""
+        )
+        if add_generation_prompt is not None:
+            request.add_generation_prompt = add_generation_prompt
+        params = build_sampling_params(sampling_params, **sampling)
+        if params is not None:
+            request.sampling_params.CopyFrom(params)
+        return request
+
+    @staticmethod
+    def _embed_request(
+        model: str, inputs: str | Sequence[str], normalize: bool | None, request_id: str | None
+    ) -> inference_pb2.EmbedRequest:
+        request = inference_pb2.EmbedRequest(
+            model=model,
+            inputs=[inputs] if isinstance(inputs, str) else list(inputs),
+            request_id=request_id or "",
+        )
+        if normalize is not None:
+            request.normalize = normalize
+        return request
+
+    @staticmethod
+    def _tokenize_request(
+        model: str, text: str, add_special_tokens: bool | None
+    ) -> inference_pb2.TokenizeRequest:
+        request = inference_pb2.TokenizeRequest(model=model, text=text)
+        if add_special_tokens is not None:
+            request.add_special_tokens = add_special_tokens
+        return request
+
+    @staticmethod
+    def _detokenize_request(
+        model: str, token_ids: Sequence[int], skip_special_tokens: bool | None
+    ) -> inference_pb2.DetokenizeRequest:
+        request = inference_pb2.DetokenizeRequest(model=model, token_ids=[int(t) for t in token_ids])
+        if skip_special_tokens is not None:
+            request.skip_special_tokens = skip_special_tokens
+        return request
+
+    @staticmethod
+    def _get_model_request(name: str) -> model_pb2.GetModelRequest:
+        return model_pb2.GetModelRequest(name=name)
+
+    @staticmethod
+    def _load_request(model: str) -> server_pb2.GetLoadRequest:
+        return server_pb2.GetLoadRequest(model=model)
