@@ -14,7 +14,7 @@ class TrustError(Exception):
     """Base class of every error raised by ``trust``."""
 
 
-class InvalidSignature(TrustError):  # noqa: N818 - the name pyca/cryptography uses
+class InvalidSignature(TrustError):
     """A signature did not verify (or could not even be parsed). Always fail closed on it."""
 
 

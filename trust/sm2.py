@@ -267,7 +267,9 @@ class Sm2PrivateKey:
             ec = keys.ECPrivateKey.load(pki["private_key"].contents, strict=True)
             d_int = ec["private_key"].native
             params = ec["parameters"]
-            if params.native is not None and (params.name != "named" or params.chosen.dotted != OID_SM2_CURVE):
+            if params.native is not None and (
+                params.name != "named" or params.chosen.dotted != OID_SM2_CURVE
+            ):
                 raise KeyFormatError("ECPrivateKey names a curve other than SM2")
             pub_bits = ec["public_key"]
             public = None
@@ -409,7 +411,10 @@ def _pkcs8_encrypt(der: bytes, password: bytes, iterations: int) -> bytes:
         }
     )
     return _EncryptedPrivateKeyInfo(
-        {"encryption_algorithm": _AlgId({"algorithm": _OID_PBES2, "parameters": scheme}), "encrypted_data": ct}
+        {
+            "encryption_algorithm": _AlgId({"algorithm": _OID_PBES2, "parameters": scheme}),
+            "encrypted_data": ct,
+        }
     ).dump()
 
 
