@@ -30,7 +30,7 @@ from trust.errors import Reason, SigningError, VerificationError
 from trust.manifest import (
     DiskFile,
     FileEntry,
-    build_manifest,
+    canonical_entries,
     canonical_json,
     entries_from_json,
     hash_files,
@@ -96,6 +96,7 @@ def sign_model(
     ignore: Sequence[str] = DEFAULT_IGNORE,
     jobs: int | None = None,
     progress: ProgressFn | None = None,
+    on_total: Callable[[int], None] | None = None,
 ) -> Path:
     """Hash ``model_dir``, sign its manifest, write the envelope into it; return the envelope path.
 
@@ -107,7 +108,11 @@ def sign_model(
     root = Path(model_dir)
     patterns = _effective_ignore(ignore)
     try:
-        entries = build_manifest(root, patterns, jobs, progress)
+        files = scan(root, patterns)
+        if on_total is not None:
+            on_total(sum(f.size for f in files))
+        digests = hash_files(files, jobs, progress)
+        entries = canonical_entries(FileEntry(f.name, digests[f.name][1], digests[f.name][0]) for f in files)
     except VerificationError as e:
         raise SigningError(e.reason.value, e.detail) from None
     if not entries:
