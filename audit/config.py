@@ -1,0 +1,142 @@
+"""``AuditSettings``: the audit part of the server configuration (embedded by ``service``)."""
+
+from __future__ import annotations
+
+import enum
+import os
+import socket
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
+
+from audit.errors import AuditConfigError
+
+MIN_RETENTION_DAYS = 180
+"""PRC Cybersecurity Law art. 21: network logs are kept at least six months."""
+
+
+class FailurePolicy(enum.StrEnum):
+    """What happens when a record cannot be written (auditd's ``disk_full_action``)."""
+
+    FAIL_CLOSED = "fail_closed"
+    """Default. ``append`` raises ``AuditUnavailable``; the server refuses calls with UNAVAILABLE."""
+    LOG_AND_CONTINUE = "log_and_continue"
+    """``append`` logs a warning, keeps the record in a bounded memory backlog and returns ``None``;
+    the backlog is written when the store recovers, overflow is counted and recorded as
+    ``audit_records_lost``."""
+
+
+class StoreKind(enum.StrEnum):
+    SQLITE = "sqlite"
+    POSTGRESQL = "postgresql"
+
+
+class AuditSettings(BaseModel):
+    """Audit log settings. Environment: ``XINSERVE_AUDIT__<FIELD>`` through the server's config."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    store: StoreKind = StoreKind.SQLITE
+    path: Path = Path("/var/lib/xinserve/audit/audit.db")
+    """SQLite database file (``store = sqlite``)."""
+    dsn: SecretStr | None = None
+    """PostgreSQL DSN (``store = postgresql``), e.g. ``postgresql://xinserve@db/audit``. Never logged."""
+    node_id: str = Field(default_factory=socket.gethostname, min_length=1, max_length=128)
+    """This writer's chain id. Must be stable across restarts (StatefulSet pod name) and unique
+    among replicas sharing one PostgreSQL database."""
+    retention_days: int = 180
+    """Records are kept at least this long (>= 180, enforced), then archived and purged."""
+    checkpoint_interval_s: int = Field(default=60, ge=1, le=3600)
+    """A signed checkpoint is written this often, also when idle."""
+    failure_policy: FailurePolicy = FailurePolicy.FAIL_CLOSED
+    backlog_limit: int = Field(default=100_000, ge=0)
+    """``log_and_continue`` only: records kept in memory while the store is down."""
+    retry_interval_s: float = Field(default=2.0, gt=0)
+    """While unhealthy, how often the log probes the store to recover."""
+    max_batch: int = Field(default=4096, ge=1)
+    """Group commit: at most this many records per transaction."""
+    signing_key_path: Path | None = None
+    """SM2 private key (PEM) that signs checkpoints; usually the server's key (set by ``service``)."""
+    signing_key_password_env: str | None = None
+    """Name of the environment variable that holds the key's password, if encrypted."""
+    content_capture: bool = False
+    """Opt-in: store prompt/output content SM4-GCM-encrypted. Off: SM3 digests only."""
+    content_key_path: Path | None = None
+    """File holding the 16-byte SM4 content key (raw or 32 hex characters)."""
+    content_key_env: str | None = None
+    """Or: name of an environment variable holding the key as 32 hex characters."""
+    content_key_id: str = "content-1"
+    archive_dir: Path | None = None
+    """Where retention writes sealed archives (default: ``<path>.archive/`` next to the SQLite file)."""
+    archive_encrypt: bool = False
+    """Encrypt archives with SM4-GCM under the content key."""
+    disk_warn_ratio: float = Field(default=0.9, gt=0, le=1)
+    """Warn (log, metric, health detail) when the audit filesystem is fuller than this."""
+
+    @field_validator("retention_days")
+    @classmethod
+    def _retention(cls, v: int) -> int:
+        if v < MIN_RETENTION_DAYS:
+            raise ValueError(f"retention_days must be at least {MIN_RETENTION_DAYS} (got {v})")
+        return v
+
+    @model_validator(mode="after")
+    def _consistent(self) -> AuditSettings:
+        if self.store is StoreKind.POSTGRESQL and self.dsn is None:
+            raise ValueError("store = postgresql needs dsn")
+        if (self.content_capture or self.archive_encrypt) and not (
+            self.content_key_path or self.content_key_env
+        ):
+            raise ValueError("content_capture and archive_encrypt need content_key_path or content_key_env")
+        return self
+
+    def effective_archive_dir(self) -> Path:
+        if self.archive_dir is not None:
+            return self.archive_dir
+        if self.store is StoreKind.SQLITE:
+            return self.path.parent / (self.path.name + ".archive")
+        raise AuditConfigError("archive_dir is required with store = postgresql")
+
+    def load_content_key(self) -> bytes | None:
+        """The SM4 key for content and archives, or ``None`` when neither is configured."""
+        raw: str | bytes | None = None
+        if self.content_key_env:
+            raw = os.environ.get(self.content_key_env)
+            if raw is None:
+                raise AuditConfigError(f"environment variable {self.content_key_env} is not set")
+        elif self.content_key_path:
+            try:
+                raw = self.content_key_path.read_bytes()
+            except OSError as exc:
+                raise AuditConfigError(f"cannot read the content key file: {exc.strerror}") from None
+        if raw is None:
+            return None
+        return parse_sm4_key(raw)
+
+
+def parse_sm4_key(raw: str | bytes) -> bytes:
+    if isinstance(raw, bytes) and len(raw) == 16:
+        return raw
+    text = raw.decode("ascii", "replace") if isinstance(raw, bytes) else raw
+    try:
+        key = bytes.fromhex(text.strip())
+    except ValueError:
+        raise AuditConfigError("the SM4 content key must be 16 raw bytes or 32 hex characters") from None
+    if len(key) != 16:
+        raise AuditConfigError("the SM4 content key must be 16 bytes")
+    return key
+
+
+StoreUrl = Literal["sqlite", "postgresql"]
+
+
+def store_from_url(url: str) -> AuditSettings:
+    """Settings for CLI use from ``sqlite:///path``, a plain path, or ``postgresql://...``."""
+    if url.startswith(("postgresql://", "postgres://")):
+        return AuditSettings(store=StoreKind.POSTGRESQL, dsn=SecretStr(url), node_id="cli")
+    if url.startswith("sqlite://"):
+        url = url.removeprefix("sqlite://")
+    if not url:
+        raise AuditConfigError("empty store location")
+    return AuditSettings(store=StoreKind.SQLITE, path=Path(url), node_id="cli")

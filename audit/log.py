@@ -1,0 +1,649 @@
+"""``AuditLog``: durable, group-committed, hash-chained appends with signed checkpoints.
+
+Usage (the server)::
+
+    log = await AuditLog.open(settings, signer=server_key)   # verifies the last checkpoint
+    seq = await log.append(AuditRecord(event=EventType.RPC, ...))  # durable when it returns
+    ...
+    await log.close()                                         # flush + closing checkpoint
+
+Concurrency: ``append`` puts the record on a queue; one writer task takes everything queued
+(up to ``max_batch``), and a single dedicated thread assigns sequence numbers, encodes,
+hashes and commits it in one transaction (one fsync) — group commit. The event loop never
+blocks on disk, database or hashing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import concurrent.futures
+import contextlib
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import structlog
+
+from audit import metrics
+from audit.chain import GENESIS, Checkpoint, CheckpointKind, SignedCheckpoint, Signer, chain_hash
+from audit.config import AuditSettings, FailurePolicy
+from audit.errors import (
+    AuditConfigError,
+    AuditEncodingError,
+    AuditError,
+    AuditStoreError,
+    AuditUnavailable,
+    WriterConflict,
+)
+from audit.records import AuditRecord, EventType, encode_record, now_ms
+from audit.stores import QueryFilter, Store, StoredRecord, open_store
+
+log = structlog.get_logger("xinserve.audit")
+
+UNAVAILABLE_MESSAGE = "the audit log cannot record this call (audit store unavailable); refusing it"
+
+
+class AuditIntegrityError(AuditError):
+    """At open, the last checkpoint or the unsigned tail does not verify: the log was altered."""
+
+
+@dataclass(frozen=True, slots=True)
+class RecoveryInfo:
+    """What :meth:`AuditLog.open` found: a clean previous close, or a crash it recovered from."""
+
+    unclean_shutdown: bool
+    previous_checkpoint: int | None
+    unsigned_tail: int
+    """Records after the previous checkpoint, now covered by the recovery checkpoint."""
+    last_seq: int
+
+
+@dataclass(slots=True)
+class _Item:
+    kind: str  # "rec" | "cp" | "call"
+    payload: Any
+    future: asyncio.Future[Any]
+
+
+@dataclass(slots=True)
+class _ChainState:
+    seq: int = 0
+    head: bytes = GENESIS
+    cp_n: int = 0
+    cp_digest: bytes = GENESIS
+    needs_resync: bool = False
+    pending_lost: int = 0
+    backlog: collections.deque[AuditRecord] = field(default_factory=collections.deque)
+
+
+class AuditLog:
+    """The audit log of one writer (chain). Create with :meth:`open`."""
+
+    def __init__(
+        self,
+        store_factory: Callable[[], Store],
+        *,
+        chain: str,
+        signer: Signer,
+        key_id: str,
+        checkpoint_interval_s: float = 60,
+        failure_policy: FailurePolicy = FailurePolicy.FAIL_CLOSED,
+        backlog_limit: int = 100_000,
+        retry_interval_s: float = 2.0,
+        max_batch: int = 4096,
+        clock: Callable[[], int] = now_ms,
+        settings: AuditSettings | None = None,
+    ) -> None:
+        self._store_factory = store_factory
+        self.chain = chain
+        self._signer = signer
+        self.key_id = key_id
+        self.checkpoint_interval_s = checkpoint_interval_s
+        self.failure_policy = failure_policy
+        self._backlog_limit = backlog_limit
+        self._retry_interval_s = retry_interval_s
+        self._max_batch = max_batch
+        self._clock = clock
+        self.settings = settings
+        self._executor = concurrent.futures.ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix="audit-writer"
+        )
+        self._store: Store | None = None
+        self._state = _ChainState()
+        self._queue: asyncio.Queue[_Item | None] = asyncio.Queue()
+        self._writer_task: asyncio.Task[None] | None = None
+        self._ticker_task: asyncio.Task[None] | None = None
+        self._healthy = True
+        self._closed = False
+        self.last_error: str | None = None
+        self.recovery: RecoveryInfo | None = None
+        self.disk_warning: str | None = None
+        self._last_checkpoint: SignedCheckpoint | None = None
+        self._last_cp_monotonic = time.monotonic()
+        self._verifier: Any = None
+
+    # ------------------------------------------------------------------ opening
+
+    @classmethod
+    async def open(
+        cls,
+        settings: AuditSettings,
+        signer: Any | None = None,
+        *,
+        clock: Callable[[], int] = now_ms,
+        start_ticker: bool = True,
+    ) -> AuditLog:
+        """Open the configured store, verify the last checkpoint, seal a crashed tail, start.
+
+        ``signer`` is the server's ``trust.sm2.Sm2PrivateKey``; without it the key is loaded
+        from ``settings.signing_key_path``. Raises ``AuditConfigError`` (bad settings/key),
+        ``AuditUnavailable`` (store unreachable), ``WriterConflict`` (another writer on this
+        chain) or ``AuditIntegrityError`` (the stored log does not verify against the key).
+        """
+        if signer is None:
+            signer = load_signer(settings)
+        key_id = signer.public_key().key_id
+        self = cls(
+            lambda: open_store(settings),
+            chain=settings.node_id,
+            signer=signer,
+            key_id=key_id,
+            checkpoint_interval_s=settings.checkpoint_interval_s,
+            failure_policy=settings.failure_policy,
+            backlog_limit=settings.backlog_limit,
+            retry_interval_s=settings.retry_interval_s,
+            max_batch=settings.max_batch,
+            clock=clock,
+            settings=settings,
+        )
+        self._verifier = signer.public_key()
+        await self.start(start_ticker=start_ticker)
+        return self
+
+    async def start(self, *, start_ticker: bool = True) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            await loop.run_in_executor(self._executor, self._open_sync)
+        except AuditStoreError as exc:
+            self._executor.shutdown(wait=False)
+            raise AuditUnavailable(f"audit store unreachable at start: {exc}") from None
+        except BaseException:
+            self._executor.shutdown(wait=False)
+            raise
+        self._writer_task = asyncio.create_task(self._writer(), name="audit-writer")
+        if start_ticker:
+            self._ticker_task = asyncio.create_task(self._ticker(), name="audit-checkpointer")
+        metrics.HEALTHY.set(1)
+        if self.recovery is not None and self.recovery.unclean_shutdown:
+            log.warning(
+                "audit_recovered_unclean_shutdown",
+                chain=self.chain,
+                unsigned_tail=self.recovery.unsigned_tail,
+                last_seq=self.recovery.last_seq,
+            )
+            await self.append(
+                AuditRecord(
+                    event=EventType.AUDIT_RECOVERED,
+                    time_ms=self._clock(),
+                    detail={
+                        "unclean_shutdown": True,
+                        "unsigned_tail": self.recovery.unsigned_tail,
+                        "last_seq": self.recovery.last_seq,
+                    },
+                )
+            )
+
+    def _open_sync(self) -> None:
+        store = self._store_factory()
+        try:
+            store.create_schema()
+            store.lock_writer(self.chain)
+            head = store.head(self.chain)
+            last = store.last_checkpoint(self.chain)
+        except BaseException:
+            store.close()
+            raise
+        self._store = store
+        st = self._state
+        prev_n: int | None = None
+        tail = 0
+        unclean = False
+        if last is not None:
+            cp = last.checkpoint
+            prev_n = cp.n
+            verifier = self._verifier
+            if verifier is not None and cp.key_id == verifier.key_id:
+                from trust.errors import InvalidSignature
+
+                try:
+                    verifier.verify(last.signature, last.payload)
+                except InvalidSignature:
+                    store.close()
+                    raise AuditIntegrityError(
+                        f"the last audit checkpoint (n={cp.n}) has an invalid signature; "
+                        "run `xinserve audit verify`"
+                    ) from None
+            elif verifier is not None:
+                log.warning("audit_checkpoint_key_rotated", chain=self.chain, old_key_id=cp.key_id)
+            st.cp_n, st.cp_digest = cp.n, last.checkpoint.digest()
+            st.seq, st.head = cp.tree_size, cp.head
+            if head is not None and head[0] < cp.tree_size:
+                store.close()
+                raise AuditIntegrityError(
+                    f"audit records end at {head[0]} but checkpoint n={cp.n} covers {cp.tree_size}; "
+                    "run `xinserve audit verify`"
+                )
+            if cp.tree_size > 0 and head is not None and head[0] >= cp.tree_size:
+                at = store.hash_at(self.chain, cp.tree_size)
+                if at is not None and at != cp.head:
+                    store.close()
+                    raise AuditIntegrityError(
+                        f"record {cp.tree_size} does not match checkpoint n={cp.n}; "
+                        "run `xinserve audit verify`"
+                    )
+            # Re-chain the unsigned tail (records after the last checkpoint) to verify it.
+            if head is not None and head[0] > cp.tree_size:
+                h = cp.head
+                expect = cp.tree_size + 1
+                for seq, body, stored_hash in store.iter_hashes(self.chain, cp.tree_size + 1, None):
+                    h = chain_hash(h, body)
+                    if seq != expect or h != stored_hash:
+                        store.close()
+                        raise AuditIntegrityError(
+                            f"audit record {expect} after checkpoint n={cp.n} does not chain; "
+                            "run `xinserve audit verify`"
+                        )
+                    expect += 1
+                    tail += 1
+                st.seq, st.head = head
+            unclean = cp.kind is not CheckpointKind.CLOSE or tail > 0
+        elif head is not None:
+            # Records but no checkpoint at all: only legitimate if the first checkpoint was
+            # never written (crash within the first interval). Re-chain from genesis.
+            h = GENESIS
+            expect = 1
+            for seq, body, stored_hash in store.iter_hashes(self.chain, 1, None):
+                h = chain_hash(h, body)
+                if seq != expect or h != stored_hash:
+                    store.close()
+                    raise AuditIntegrityError(
+                        f"audit record {expect} does not chain; run `xinserve audit verify`"
+                    )
+                expect += 1
+                tail += 1
+            st.seq, st.head = head
+            unclean = True
+        kind = CheckpointKind.RECOVERY if unclean else CheckpointKind.OPEN
+        extra: dict[str, Any] = {}
+        if unclean:
+            extra = {"unclean_shutdown": True, "unsigned_tail": tail}
+        self.recovery = RecoveryInfo(unclean, prev_n, tail, st.seq)
+        cp_signed = self._make_checkpoint(kind, extra)
+        try:
+            store.write([], [cp_signed])
+        except BaseException:
+            self._state.cp_n -= 1
+            store.close()
+            self._store = None
+            raise
+        self._after_checkpoint(cp_signed)
+
+    # ------------------------------------------------------------------ public API
+
+    @property
+    def healthy(self) -> bool:
+        """False while the store refuses writes (the server reports NOT_SERVING / refuses calls)."""
+        return self._healthy
+
+    @property
+    def last_seq(self) -> int:
+        return self._state.seq
+
+    @property
+    def latest_checkpoint(self) -> SignedCheckpoint | None:
+        """The latest signed checkpoint written by this process (AuditService's GetLatestCheckpoint)."""
+        return self._last_checkpoint
+
+    def health_detail(self) -> dict[str, Any]:
+        """A small dict for the server's health/diagnostics (no paths or secrets)."""
+        return {
+            "healthy": self._healthy,
+            "policy": str(self.failure_policy),
+            "last_error": self.last_error,
+            "backlog": len(self._state.backlog),
+            "disk_warning": self.disk_warning,
+            "last_seq": self._state.seq,
+        }
+
+    async def append(self, record: AuditRecord) -> int | None:
+        """Append ``record``; return its sequence number once it is durably stored.
+
+        ``fail_closed``: raises :class:`AuditUnavailable` if it cannot be stored.
+        ``log_and_continue``: returns ``None`` instead (the record waits in a bounded backlog).
+        Raises :class:`AuditEncodingError` for a record that cannot be encoded.
+        """
+        if self._closed:
+            raise AuditUnavailable("the audit log is closed")
+        fut: asyncio.Future[int | None] = asyncio.get_running_loop().create_future()
+        self._queue.put_nowait(_Item("rec", record, fut))
+        return await fut
+
+    async def checkpoint(self, kind: CheckpointKind = CheckpointKind.PERIODIC) -> SignedCheckpoint:
+        """Write a signed checkpoint now (after everything appended before this call)."""
+        if self._closed:
+            raise AuditUnavailable("the audit log is closed")
+        return await self._submit("cp", (kind, {}))
+
+    async def run_in_writer(self, fn: Callable[[Store, AuditLog], Any]) -> Any:
+        """Run ``fn(store, log)`` on the writer thread between batches (retention uses this)."""
+        return await self._submit("call", fn)
+
+    async def _submit(self, kind: str, payload: Any) -> Any:
+        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._queue.put_nowait(_Item(kind, payload, fut))
+        return await fut
+
+    async def query(self, flt: QueryFilter) -> list[StoredRecord]:
+        """Run a query on a separate connection in a worker thread."""
+
+        def run() -> list[StoredRecord]:
+            with self._store_factory() as store:
+                return list(store.query(flt))
+
+        return await asyncio.to_thread(run)
+
+    async def close(self) -> None:
+        """Flush everything queued, write the closing checkpoint, release the store."""
+        if self._closed:
+            return
+        if self._ticker_task is not None:
+            self._ticker_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._ticker_task
+        try:
+            await self._submit("cp", (CheckpointKind.CLOSE, {}))
+        except AuditError as exc:
+            log.error("audit_close_checkpoint_failed", chain=self.chain, error=str(exc))
+        self._closed = True
+        self._queue.put_nowait(None)
+        if self._writer_task is not None:
+            await self._writer_task
+        await asyncio.get_running_loop().run_in_executor(self._executor, self._close_store)
+        self._executor.shutdown(wait=True)
+
+    def _close_store(self) -> None:
+        if self._store is not None:
+            self._store.close()
+            self._store = None
+
+    async def abort(self) -> None:
+        """Stop without a closing checkpoint (tests: simulates a crash)."""
+        self._closed = True
+        for task in (self._ticker_task, self._writer_task):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        await asyncio.get_running_loop().run_in_executor(self._executor, self._close_store)
+        self._executor.shutdown(wait=True)
+
+    # ------------------------------------------------------------------ writer
+
+    async def _writer(self) -> None:
+        loop = asyncio.get_running_loop()
+        q = self._queue
+        carry: _Item | None = None
+        while True:
+            item = carry if carry is not None else await q.get()
+            carry = None
+            if item is None:
+                return
+            if item.kind == "call":
+                try:
+                    result = await loop.run_in_executor(self._executor, self._call_sync, item.payload)
+                except BaseException as exc:  # delivered to the caller
+                    if not item.future.done():
+                        item.future.set_exception(exc)
+                else:
+                    if not item.future.done():
+                        item.future.set_result(result)
+                continue
+            batch = [item]
+            stop = False
+            while len(batch) < self._max_batch:
+                try:
+                    nxt = q.get_nowait()
+                except asyncio.QueueEmpty:
+                    break
+                if nxt is None:
+                    stop = True
+                    break
+                if nxt.kind == "call":
+                    carry = nxt
+                    break
+                batch.append(nxt)
+            try:
+                results = await loop.run_in_executor(self._executor, self._commit_sync, batch)
+            except AuditStoreError as exc:
+                self._on_failure(exc, batch)
+            else:
+                self._on_success(batch, results)
+            if stop:
+                return
+
+    def _call_sync(self, fn: Callable[[Store, AuditLog], Any]) -> Any:
+        if self._store is None:
+            self._store = self._store_factory()
+            self._store.lock_writer(self.chain)
+        return fn(self._store, self)
+
+    def _resync(self, store: Store) -> None:
+        """After a failed commit, re-read the chain state (a commit may have landed after all)."""
+        st = self._state
+        head = store.head(self.chain)
+        last = store.last_checkpoint(self.chain)
+        if last is not None:
+            st.cp_n, st.cp_digest = last.checkpoint.n, last.checkpoint.digest()
+            st.seq, st.head = last.checkpoint.tree_size, last.checkpoint.head
+        if head is not None and head[0] >= st.seq:
+            st.seq, st.head = head
+        st.needs_resync = False
+
+    def _commit_sync(self, batch: list[_Item]) -> list[Any]:
+        st = self._state
+        saved = (st.seq, st.head, st.cp_n, st.cp_digest)
+        if self._store is None:
+            try:
+                store = self._store_factory()
+                store.lock_writer(self.chain)
+            except WriterConflict as exc:
+                raise AuditStoreError(str(exc)) from None
+            self._store = store
+        store = self._store
+        try:
+            if st.needs_resync:
+                self._resync(store)
+                saved = (st.seq, st.head, st.cp_n, st.cp_digest)
+            records: list[StoredRecord] = []
+            checkpoints: list[SignedCheckpoint] = []
+            results: list[Any] = []
+            lost = st.pending_lost
+            if lost:
+                self._encode_into(
+                    AuditRecord(
+                        event=EventType.AUDIT_RECORDS_LOST,
+                        outcome="DATA_LOSS",
+                        time_ms=self._clock(),
+                        detail={"count": lost},
+                    ),
+                    records,
+                )
+            for rec in st.backlog:
+                with contextlib.suppress(AuditEncodingError):
+                    self._encode_into(rec, records)
+            for item in batch:
+                if item.kind == "rec":
+                    try:
+                        results.append(self._encode_into(item.payload, records))
+                    except AuditEncodingError as exc:
+                        results.append(exc)
+                else:
+                    kind, extra = item.payload
+                    cp = self._make_checkpoint(kind, extra)
+                    checkpoints.append(cp)
+                    results.append(cp)
+            t0 = time.perf_counter()
+            store.write(records, checkpoints)
+            metrics.COMMIT_SECONDS.observe(time.perf_counter() - t0)
+        except AuditStoreError:
+            st.seq, st.head, st.cp_n, st.cp_digest = saved
+            st.needs_resync = True
+            raise
+        except BaseException:
+            st.seq, st.head, st.cp_n, st.cp_digest = saved
+            raise
+        if lost:
+            st.pending_lost = 0
+        metrics.RECORDS.inc(len(records))
+        st.backlog.clear()
+        for cp in checkpoints:
+            self._after_checkpoint(cp)
+        return results
+
+    def _encode_into(self, record: AuditRecord, out: list[StoredRecord]) -> int:
+        st = self._state
+        seq = st.seq + 1
+        body = encode_record(record, self.chain, seq)
+        h = chain_hash(st.head, body)
+        out.append(
+            StoredRecord(
+                chain=self.chain,
+                seq=seq,
+                time_ms=record.time_ms,
+                event=str(record.event),
+                principal=record.principal,
+                method=record.method,
+                outcome=record.outcome,
+                body=body,
+                hash=h,
+            )
+        )
+        st.seq, st.head = seq, h
+        return seq
+
+    def _make_checkpoint(self, kind: CheckpointKind, extra: dict[str, Any]) -> SignedCheckpoint:
+        st = self._state
+        cp = Checkpoint(
+            chain=self.chain,
+            n=st.cp_n + 1,
+            kind=kind,
+            time_ms=self._clock(),
+            tree_size=st.seq,
+            head=st.head,
+            prev=st.cp_digest,
+            interval_s=int(self.checkpoint_interval_s),
+            key_id=self.key_id,
+            extra=extra,
+        )
+        signed = SignedCheckpoint.sign(cp, self._signer)
+        st.cp_n, st.cp_digest = cp.n, cp.digest()
+        return signed
+
+    def _after_checkpoint(self, cp: SignedCheckpoint) -> None:
+        self._last_checkpoint = cp
+        self._last_cp_monotonic = time.monotonic()
+        metrics.CHECKPOINTS.inc()
+
+    def _on_success(self, batch: list[_Item], results: list[Any]) -> None:
+        if not self._healthy:
+            log.warning("audit_store_recovered", chain=self.chain)
+        self._healthy = True
+        self.last_error = None
+        metrics.HEALTHY.set(1)
+        for item, result in zip(batch, results, strict=True):
+            if item.future.done():
+                continue
+            if isinstance(result, BaseException):
+                item.future.set_exception(result)
+            else:
+                item.future.set_result(result)
+
+    def _on_failure(self, exc: AuditStoreError, batch: list[_Item]) -> None:
+        if self._healthy:
+            log.error("audit_store_failed", chain=self.chain, error=str(exc), policy=str(self.failure_policy))
+        self._healthy = False
+        self.last_error = str(exc)
+        metrics.HEALTHY.set(0)
+        st = self._state
+        n_rec = sum(1 for i in batch if i.kind == "rec")
+        metrics.APPEND_FAILURES.inc(n_rec)
+        for item in batch:
+            if item.future.done():
+                continue
+            if item.kind == "rec" and self.failure_policy is FailurePolicy.LOG_AND_CONTINUE:
+                if len(st.backlog) < self._backlog_limit:
+                    st.backlog.append(item.payload)
+                else:
+                    st.pending_lost += 1
+                    metrics.RECORDS_LOST.inc()
+                item.future.set_result(None)
+            else:
+                item.future.set_exception(AuditUnavailable(UNAVAILABLE_MESSAGE))
+        if self.failure_policy is FailurePolicy.LOG_AND_CONTINUE:
+            log.warning(
+                "audit_records_backlogged", chain=self.chain, backlog=len(st.backlog), lost=st.pending_lost
+            )
+
+    # ------------------------------------------------------------------ ticker
+
+    async def _ticker(self) -> None:
+        """Periodic signed checkpoints (also when idle), recovery probes, disk watermark."""
+        from audit.retention import check_disk
+
+        while True:
+            delay = self.checkpoint_interval_s if self._healthy else self._retry_interval_s
+            elapsed = time.monotonic() - self._last_cp_monotonic
+            await asyncio.sleep(max(0.05, delay - elapsed) if self._healthy else delay)
+            if (
+                self._healthy
+                and time.monotonic() - self._last_cp_monotonic < self.checkpoint_interval_s * 0.95
+            ):
+                continue
+            with contextlib.suppress(AuditError):
+                await self._submit("cp", (CheckpointKind.PERIODIC, {}))
+            path = self._usage_path()
+            if path is not None and self.settings is not None:
+                status = await asyncio.to_thread(check_disk, path, self.settings.disk_warn_ratio)
+                self.disk_warning = status.warning
+
+    def _usage_path(self) -> str | None:
+        store = self._store
+        return store.usage_path() if store is not None else None
+
+
+def load_signer(settings: AuditSettings) -> Any:
+    """The checkpoint signing key from ``settings.signing_key_path`` (``trust.sm2``)."""
+    from trust.errors import KeyFormatError
+    from trust.sm2 import Sm2PrivateKey
+
+    if settings.signing_key_path is None:
+        raise AuditConfigError("audit needs an SM2 signing key (signing_key_path or the server key)")
+    password: bytes | None = None
+    if settings.signing_key_password_env:
+        value = os.environ.get(settings.signing_key_password_env)
+        if value is None:
+            raise AuditConfigError(f"environment variable {settings.signing_key_password_env} is not set")
+        password = value.encode("utf-8")
+    try:
+        data = settings.signing_key_path.read_bytes()
+    except OSError as exc:
+        raise AuditConfigError(f"cannot read the audit signing key: {exc.strerror}") from None
+    try:
+        return Sm2PrivateKey.from_pem(data, password=password)
+    except KeyFormatError:
+        raise AuditConfigError(
+            "the audit signing key is not a valid SM2 private key (or wrong password)"
+        ) from None

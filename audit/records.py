@@ -1,0 +1,281 @@
+"""Audit records and their canonical encoding.
+
+The canonical encoding of a record is the byte string that the hash chain covers. It is
+JSON restricted so that one value has exactly one encoding (a subset of RFC 8785, JCS):
+
+* UTF-8, no byte-order mark, no insignificant whitespace;
+* object members sorted by key (all keys are ASCII, so code-point order equals JCS's
+  UTF-16 order); absent optional fields (``None``) are omitted, never written as ``null``;
+* values are strings, integers in the I-JSON range ``[-(2**53)+1, 2**53-1]``, booleans or
+  objects of those — no floats, no ``null`` inside ``detail``;
+* strings are escaped as JCS does: ``"`` and ``\\`` and ``\\b \\f \\n \\r \\t`` with their
+  short escapes, other control characters as ``\\u00xx`` (lower-case hex), everything else
+  verbatim; strings must be valid Unicode scalar values (no lone surrogates).
+
+See docs/audit.md for the field list and the chain format.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import enum
+import json
+import re
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from audit.errors import AuditEncodingError
+
+FORMAT_VERSION = 1
+MAX_SAFE_INT = 2**53 - 1
+_DETAIL_KEY = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
+_HEX = re.compile(r"^[0-9a-f]*$")
+
+
+class EventType(enum.StrEnum):
+    """What a record is about. ``rpc`` for every gRPC call; the rest are system events."""
+
+    RPC = "rpc"
+    START = "start"
+    STOP = "stop"
+    CONFIG_LOADED = "config_loaded"
+    MODEL_VERIFIED = "model_verified"
+    MODEL_LOADED = "model_loaded"
+    MODEL_UNLOADED = "model_unloaded"
+    KEY_USED = "key_used"
+    DRAIN = "drain"
+    RETENTION_RUN = "retention_run"
+    AUDIT_VERIFIED = "audit_verified"
+    AUDITOR_QUERY = "auditor_query"
+    AUDIT_RECOVERED = "audit_recovered"
+    AUDIT_RECORDS_LOST = "audit_records_lost"
+
+
+DetailValue = str | int | bool
+
+
+def now_ms() -> int:
+    """The current UTC time in integer milliseconds since the Unix epoch."""
+    return time.time_ns() // 1_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class AuditRecord:
+    """One audited event, as the server hands it to :meth:`audit.log.AuditLog.append`.
+
+    The chain position (chain id, sequence number) is assigned by the log, not here.
+    All text is free of prompt content: prompts and outputs appear only as SM3 digests
+    (``prompt_sm3``/``output_sm3``, lower-case hex) and, when content capture is on, as
+    SM4-GCM ciphertext (``content``) under the key named by ``content_key_id``.
+    """
+
+    event: EventType
+    outcome: str = "OK"
+    """gRPC status code name (``OK``, ``UNAVAILABLE``, ``CANCELLED``...); system events use the same names."""
+    time_ms: int = field(default_factory=now_ms)
+    """UTC time in milliseconds since the Unix epoch."""
+    # subject
+    principal: str | None = None
+    auth_method: str | None = None
+    """``mtls``, ``token`` or ``none``."""
+    cert_fingerprint: str | None = None
+    """Lower-case hex digest of the client certificate (DER)."""
+    peer: str | None = None
+    # object
+    method: str | None = None
+    """Full gRPC method, ``/xinserve.v1.InferenceService/Generate``."""
+    model: str | None = None
+    manifest_digest: str | None = None
+    # correlation
+    request_id: str | None = None
+    trace_id: str | None = None
+    # measures
+    prompt_tokens: int | None = None
+    output_tokens: int | None = None
+    latency_us: int | None = None
+    """Server-side call duration in microseconds."""
+    # content
+    prompt_sm3: str | None = None
+    output_sm3: str | None = None
+    content: bytes | None = None
+    """Sealed content (SM4-GCM, see :mod:`audit.content`), opt-in."""
+    content_key_id: str | None = None
+    detail: Mapping[str, DetailValue] = field(default_factory=dict)
+    """Small typed facts for system events (config digest, key id, counts). Never secrets."""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.event, EventType):
+            object.__setattr__(self, "event", EventType(self.event))
+        object.__setattr__(self, "detail", dict(self.detail))
+
+
+_STR_FIELDS = (
+    "outcome",
+    "principal",
+    "auth_method",
+    "cert_fingerprint",
+    "peer",
+    "method",
+    "model",
+    "manifest_digest",
+    "request_id",
+    "trace_id",
+    "content_key_id",
+)
+_INT_FIELDS = ("time_ms", "prompt_tokens", "output_tokens", "latency_us")
+_HEX_FIELDS = ("prompt_sm3", "output_sm3")
+_ALL_FIELDS = frozenset(f.name for f in dataclasses.fields(AuditRecord))
+_ENVELOPE = frozenset({"v", "chain", "seq"})
+
+
+def _check_str(name: str, value: object) -> str:
+    if not isinstance(value, str):
+        raise AuditEncodingError(f"field {name!r} must be a string")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise AuditEncodingError(f"field {name!r} is not valid Unicode") from exc
+    return value
+
+
+def _check_int(name: str, value: object) -> int:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise AuditEncodingError(f"field {name!r} must be an integer")
+    if not -MAX_SAFE_INT <= value <= MAX_SAFE_INT:
+        raise AuditEncodingError(f"field {name!r} is outside the I-JSON integer range")
+    return value
+
+
+def record_to_obj(record: AuditRecord, chain: str, seq: int) -> dict[str, Any]:
+    """The JSON object (before serialisation) of a record at a chain position."""
+    obj: dict[str, Any] = {
+        "v": FORMAT_VERSION,
+        "chain": _check_str("chain", chain),
+        "seq": _check_int("seq", seq),
+        "event": str(record.event),
+    }
+    for name in _STR_FIELDS:
+        value = getattr(record, name)
+        if value is not None:
+            obj[name] = _check_str(name, value)
+    for name in _INT_FIELDS:
+        value = getattr(record, name)
+        if value is not None:
+            obj[name] = _check_int(name, value)
+    for name in _HEX_FIELDS:
+        value = getattr(record, name)
+        if value is not None:
+            if not isinstance(value, str) or not _HEX.match(value):
+                raise AuditEncodingError(f"field {name!r} must be lower-case hex")
+            obj[name] = value
+    if record.content is not None:
+        if not isinstance(record.content, bytes):
+            raise AuditEncodingError("field 'content' must be bytes")
+        obj["content"] = base64.b64encode(record.content).decode("ascii")
+    if record.detail:
+        detail: dict[str, DetailValue] = {}
+        for key, value in record.detail.items():
+            if not isinstance(key, str) or not _DETAIL_KEY.match(key):
+                raise AuditEncodingError(f"detail key {key!r} must match [a-z][a-z0-9_]{{0,63}}")
+            if isinstance(value, bool):
+                detail[key] = value
+            elif isinstance(value, int):
+                detail[key] = _check_int(f"detail.{key}", value)
+            else:
+                detail[key] = _check_str(f"detail.{key}", value)
+        obj["detail"] = detail
+    return obj
+
+
+def canonical_json(obj: Mapping[str, Any]) -> bytes:
+    """Serialise an already validated object canonically (see the module docstring)."""
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode(
+        "utf-8"
+    )
+
+
+def encode_record(record: AuditRecord, chain: str, seq: int) -> bytes:
+    """Canonical bytes of ``record`` at position ``seq`` of ``chain``."""
+    return canonical_json(record_to_obj(record, chain, seq))
+
+
+def _reject_float(value: str) -> Any:
+    raise AuditEncodingError("floats are not allowed in the canonical encoding")
+
+
+def _reject_constant(value: str) -> Any:
+    raise AuditEncodingError("NaN/Infinity are not allowed in the canonical encoding")
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    result = dict(pairs)
+    if len(result) != len(pairs):
+        raise AuditEncodingError("duplicate key in canonical JSON")
+    return result
+
+
+def parse_body(body: bytes) -> dict[str, Any]:
+    """Parse canonical bytes into a JSON object, strictly (no floats, no duplicate keys)."""
+    try:
+        obj = json.loads(
+            body.decode("utf-8"),
+            parse_float=_reject_float,
+            parse_constant=_reject_constant,
+            object_pairs_hook=_no_duplicates,
+        )
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+        raise AuditEncodingError("record body is not valid canonical JSON") from exc
+    if not isinstance(obj, dict):
+        raise AuditEncodingError("record body is not a JSON object")
+    return obj
+
+
+def decode_record(body: bytes) -> tuple[str, int, AuditRecord]:
+    """Inverse of :func:`encode_record`: ``(chain, seq, record)``.
+
+    Raises :class:`AuditEncodingError` unless ``body`` is exactly the canonical encoding of
+    what it decodes to (so two different byte strings never verify as the same record).
+    """
+    obj = parse_body(body)
+    if obj.get("v") != FORMAT_VERSION:
+        raise AuditEncodingError("unsupported record format version")
+    unknown = set(obj) - _ALL_FIELDS - _ENVELOPE
+    if unknown:
+        raise AuditEncodingError(f"unknown record fields: {sorted(unknown)}")
+    kwargs: dict[str, Any] = {k: v for k, v in obj.items() if k not in _ENVELOPE}
+    if "content" in kwargs:
+        try:
+            kwargs["content"] = base64.b64decode(kwargs["content"], validate=True)
+        except (ValueError, TypeError) as exc:
+            raise AuditEncodingError("field 'content' is not base64") from exc
+    try:
+        kwargs["event"] = EventType(kwargs["event"])
+        record = AuditRecord(**kwargs)
+    except (KeyError, ValueError, TypeError) as exc:
+        raise AuditEncodingError("record body does not describe a valid record") from exc
+    chain, seq = obj.get("chain"), obj.get("seq")
+    if not isinstance(chain, str) or not isinstance(seq, int) or isinstance(seq, bool):
+        raise AuditEncodingError("record body lacks its chain position")
+    if encode_record(record, chain, seq) != body:
+        raise AuditEncodingError("record body is not in canonical form")
+    return chain, seq, record
+
+
+def record_to_json(record: AuditRecord) -> dict[str, Any]:
+    """A plain JSON-able dict of a record for export (content as base64)."""
+    obj: dict[str, Any] = {}
+    for f in dataclasses.fields(AuditRecord):
+        value = getattr(record, f.name)
+        if value is None or (f.name == "detail" and not value):
+            continue
+        if f.name == "content":
+            value = base64.b64encode(value).decode("ascii")
+        elif f.name == "event":
+            value = str(value)
+        elif f.name == "detail":
+            value = dict(value)
+        obj[f.name] = value
+    return obj

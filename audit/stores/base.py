@@ -1,0 +1,129 @@
+"""The storage interface shared by the SQLite and PostgreSQL backends.
+
+A store is synchronous and used by one thread at a time: the log runs its writer store on
+one dedicated thread; verification, queries and the CLI open their own store instances.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+from audit.chain import Checkpoint, SignedCheckpoint
+
+
+@dataclass(slots=True)
+class StoredRecord:
+    """A row of the records table. ``body`` is the canonical encoding, ``hash`` its chain hash.
+
+    ``time_ms``, ``event``, ``principal``, ``method`` and ``outcome`` are copies of body
+    fields kept for indexed queries; verification checks they agree with the body.
+    """
+
+    chain: str
+    seq: int
+    time_ms: int
+    event: str
+    principal: str | None
+    method: str | None
+    outcome: str
+    body: bytes
+    hash: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class QueryFilter:
+    chain: str | None = None
+    since_ms: int | None = None
+    """Inclusive lower bound on ``time_ms``."""
+    until_ms: int | None = None
+    """Exclusive upper bound on ``time_ms``."""
+    principal: str | None = None
+    method: str | None = None
+    outcome: str | None = None
+    event: str | None = None
+    after_seq: int | None = None
+    """Only with ``chain``: records with a larger sequence number (paging, ``tail -f``)."""
+    limit: int | None = None
+    descending: bool = False
+
+
+class Store(abc.ABC):
+    """One connection to an audit store."""
+
+    kind: str = "?"
+
+    @abc.abstractmethod
+    def create_schema(self) -> None:
+        """Create the tables and indexes if missing (idempotent)."""
+
+    @abc.abstractmethod
+    def lock_writer(self, chain: str) -> None:
+        """Become the only writer of ``chain`` for this connection's lifetime, else ``WriterConflict``."""
+
+    @abc.abstractmethod
+    def head(self, chain: str) -> tuple[int, bytes] | None:
+        """``(seq, hash)`` of the chain's last record, or ``None`` if it has none."""
+
+    @abc.abstractmethod
+    def last_checkpoint(self, chain: str) -> SignedCheckpoint | None: ...
+
+    @abc.abstractmethod
+    def write(self, records: Sequence[StoredRecord], checkpoints: Sequence[SignedCheckpoint]) -> None:
+        """Insert records then checkpoints in one durable transaction (fsync'd before returning)."""
+
+    @abc.abstractmethod
+    def purge(self, chain: str, through_seq: int, checkpoint: SignedCheckpoint) -> int:
+        """In one transaction: insert the purge checkpoint, delete records ``seq <= through_seq``."""
+
+    @abc.abstractmethod
+    def iter_hashes(self, chain: str, start: int, end: int | None) -> Iterator[tuple[int, bytes, bytes]]:
+        """``(seq, body, hash)`` for ``start <= seq <= end`` in sequence order (fast path for verify)."""
+
+    @abc.abstractmethod
+    def column_mismatches(self, chain: str, start: int, end: int | None) -> int | None:
+        """The first ``seq`` in range whose indexed columns disagree with its body, if any."""
+
+    @abc.abstractmethod
+    def raw_checkpoints(self, chain: str) -> list[tuple[int, bytes, bytes]]:
+        """``(n, payload, signature)`` of every checkpoint of ``chain`` in ``n`` order, unparsed."""
+
+    def checkpoints(self, chain: str) -> list[SignedCheckpoint]:
+        """All checkpoints of ``chain`` in ``n`` order (raises ``AuditEncodingError`` on a malformed one)."""
+        return [SignedCheckpoint(Checkpoint.from_payload(p), p, s) for _, p, s in self.raw_checkpoints(chain)]
+
+    @abc.abstractmethod
+    def chains(self) -> list[str]:
+        """Every chain id that has records or checkpoints."""
+
+    @abc.abstractmethod
+    def bounds(self, chain: str) -> tuple[int, int] | None:
+        """``(first seq, last seq)`` of the records present, or ``None``."""
+
+    @abc.abstractmethod
+    def hash_at(self, chain: str, seq: int) -> bytes | None: ...
+
+    @abc.abstractmethod
+    def records(self, chain: str, start: int, end: int) -> Iterator[StoredRecord]:
+        """Records ``start <= seq <= end`` in sequence order."""
+
+    @abc.abstractmethod
+    def first_seq_at_or_after(self, chain: str, time_ms: int) -> int | None:
+        """The smallest ``seq`` whose ``time_ms >= time_ms`` (retention's cut point)."""
+
+    @abc.abstractmethod
+    def query(self, flt: QueryFilter) -> Iterator[StoredRecord]: ...
+
+    def usage_path(self) -> str | None:
+        """A filesystem path whose disk usage the watermark should watch (``None``: not local)."""
+        return None
+
+    @abc.abstractmethod
+    def close(self) -> None: ...
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,307 @@
+"""Embedded store: one SQLite database in WAL mode with ``synchronous=FULL``.
+
+Every commit fsyncs the write-ahead log, so a committed batch survives a crash or power
+loss; a commit torn by a crash is discarded by SQLite's WAL recovery (frame checksums), so
+the table never holds half a record. One writer per chain is enforced with an exclusive
+``flock`` on ``<db>.lock``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import sqlite3
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from audit.chain import SignedCheckpoint
+from audit.errors import AuditStoreError, WriterConflict
+from audit.stores.base import QueryFilter, Store, StoredRecord
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS audit_records (
+    chain TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    time_ms INTEGER NOT NULL,
+    event TEXT NOT NULL,
+    principal TEXT,
+    method TEXT,
+    outcome TEXT NOT NULL,
+    body BLOB NOT NULL,
+    hash BLOB NOT NULL,
+    PRIMARY KEY (chain, seq)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS audit_records_time ON audit_records (time_ms);
+CREATE INDEX IF NOT EXISTS audit_records_principal ON audit_records (principal, time_ms);
+CREATE INDEX IF NOT EXISTS audit_records_method ON audit_records (method, time_ms);
+CREATE TABLE IF NOT EXISTS audit_checkpoints (
+    chain TEXT NOT NULL,
+    n INTEGER NOT NULL,
+    kind TEXT NOT NULL,
+    time_ms INTEGER NOT NULL,
+    tree_size INTEGER NOT NULL,
+    payload BLOB NOT NULL,
+    signature BLOB NOT NULL,
+    PRIMARY KEY (chain, n)
+) WITHOUT ROWID;
+"""
+
+_COLS = "chain, seq, time_ms, event, principal, method, outcome, body, hash"
+
+
+def _wrap(exc: BaseException) -> AuditStoreError:
+    # sqlite3 messages carry no secrets; keep them short and path-free.
+    return AuditStoreError(f"sqlite: {type(exc).__name__}: {exc}")
+
+
+class SqliteStore(Store):
+    kind = "sqlite"
+
+    def __init__(self, path: str | os.PathLike[str], *, readonly: bool = False) -> None:
+        self.path = Path(path)
+        self._lock_fd: int | None = None
+        try:
+            if readonly:
+                if not self.path.exists():
+                    raise AuditStoreError("sqlite: the audit database does not exist")
+                uri = f"{self.path.resolve().as_uri()}?mode=ro"
+                self._db = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False)
+            else:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+                self._db.execute("PRAGMA journal_mode=WAL")
+                self._db.execute("PRAGMA synchronous=FULL")
+            self._db.execute("PRAGMA busy_timeout=10000")
+        except sqlite3.Error as exc:
+            raise _wrap(exc) from exc
+
+    def _exec(self, sql: str, params: Sequence[Any] = ()) -> sqlite3.Cursor:
+        try:
+            return self._db.execute(sql, params)
+        except sqlite3.Error as exc:
+            raise _wrap(exc) from exc
+
+    def create_schema(self) -> None:
+        try:
+            self._db.executescript(_SCHEMA)
+        except sqlite3.Error as exc:
+            raise _wrap(exc) from exc
+
+    def lock_writer(self, chain: str) -> None:
+        lock_path = str(self.path) + ".lock"
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            raise WriterConflict("another process is writing this audit database") from None
+        self._lock_fd = fd
+
+    def head(self, chain: str) -> tuple[int, bytes] | None:
+        row = self._exec(
+            "SELECT seq, hash FROM audit_records WHERE chain = ? ORDER BY seq DESC LIMIT 1", (chain,)
+        ).fetchone()
+        return (int(row[0]), bytes(row[1])) if row else None
+
+    def last_checkpoint(self, chain: str) -> SignedCheckpoint | None:
+        row = self._exec(
+            "SELECT payload, signature FROM audit_checkpoints WHERE chain = ? ORDER BY n DESC LIMIT 1",
+            (chain,),
+        ).fetchone()
+        return _signed(row) if row else None
+
+    def write(self, records: Sequence[StoredRecord], checkpoints: Sequence[SignedCheckpoint]) -> None:
+        db = self._db
+        try:
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                if records:
+                    db.executemany(
+                        f"INSERT INTO audit_records ({_COLS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",  # noqa: S608
+                        [
+                            (
+                                r.chain,
+                                r.seq,
+                                r.time_ms,
+                                r.event,
+                                r.principal,
+                                r.method,
+                                r.outcome,
+                                r.body,
+                                r.hash,
+                            )
+                            for r in records
+                        ],
+                    )
+                for cp in checkpoints:
+                    _insert_checkpoint(db, cp)
+                db.execute("COMMIT")
+            except BaseException:
+                with contextlib.suppress(sqlite3.Error):
+                    db.execute("ROLLBACK")
+                raise
+        except sqlite3.Error as exc:
+            raise _wrap(exc) from exc
+
+    def purge(self, chain: str, through_seq: int, checkpoint: SignedCheckpoint) -> int:
+        db = self._db
+        try:
+            db.execute("BEGIN IMMEDIATE")
+            try:
+                _insert_checkpoint(db, checkpoint)
+                n = db.execute(
+                    "DELETE FROM audit_records WHERE chain = ? AND seq <= ?", (chain, through_seq)
+                ).rowcount
+                db.execute("COMMIT")
+            except BaseException:
+                with contextlib.suppress(sqlite3.Error):
+                    db.execute("ROLLBACK")
+                raise
+        except sqlite3.Error as exc:
+            raise _wrap(exc) from exc
+        return int(n)
+
+    def iter_hashes(self, chain: str, start: int, end: int | None) -> Iterator[tuple[int, bytes, bytes]]:
+        cur = self._exec(
+            "SELECT seq, body, hash FROM audit_records"
+            " WHERE chain = ? AND seq >= ? AND seq <= ? ORDER BY seq",
+            (chain, start, end if end is not None else 2**62),
+        )
+        try:
+            while True:
+                rows = cur.fetchmany(8192)
+                if not rows:
+                    return
+                yield from rows
+        except sqlite3.Error as exc:
+            raise _wrap(exc) from exc
+
+    def column_mismatches(self, chain: str, start: int, end: int | None) -> int | None:
+        row = self._exec(
+            """
+            SELECT min(seq) FROM audit_records
+            WHERE chain = ? AND seq >= ? AND seq <= ? AND (
+                json_extract(CAST(body AS TEXT), '$.chain') IS NOT chain OR
+                json_extract(CAST(body AS TEXT), '$.seq') IS NOT seq OR
+                json_extract(CAST(body AS TEXT), '$.time_ms') IS NOT time_ms OR
+                json_extract(CAST(body AS TEXT), '$.event') IS NOT event OR
+                json_extract(CAST(body AS TEXT), '$.principal') IS NOT principal OR
+                json_extract(CAST(body AS TEXT), '$.method') IS NOT method OR
+                json_extract(CAST(body AS TEXT), '$.outcome') IS NOT outcome)
+            """,
+            (chain, start, end if end is not None else 2**62),
+        ).fetchone()
+        return int(row[0]) if row and row[0] is not None else None
+
+    def raw_checkpoints(self, chain: str) -> list[tuple[int, bytes, bytes]]:
+        rows = self._exec(
+            "SELECT n, payload, signature FROM audit_checkpoints WHERE chain = ? ORDER BY n", (chain,)
+        ).fetchall()
+        return [(int(r[0]), bytes(r[1]), bytes(r[2])) for r in rows]
+
+    def chains(self) -> list[str]:
+        rows = self._exec(
+            "SELECT chain FROM audit_checkpoints UNION SELECT DISTINCT chain FROM audit_records ORDER BY 1"
+        ).fetchall()
+        return [str(r[0]) for r in rows]
+
+    def bounds(self, chain: str) -> tuple[int, int] | None:
+        row = self._exec("SELECT min(seq), max(seq) FROM audit_records WHERE chain = ?", (chain,)).fetchone()
+        return (int(row[0]), int(row[1])) if row and row[0] is not None else None
+
+    def hash_at(self, chain: str, seq: int) -> bytes | None:
+        row = self._exec(
+            "SELECT hash FROM audit_records WHERE chain = ? AND seq = ?", (chain, seq)
+        ).fetchone()
+        return bytes(row[0]) if row else None
+
+    def records(self, chain: str, start: int, end: int) -> Iterator[StoredRecord]:
+        cur = self._exec(
+            f"SELECT {_COLS} FROM audit_records WHERE chain = ? AND seq >= ? AND seq <= ? ORDER BY seq",  # noqa: S608
+            (chain, start, end),
+        )
+        while rows := cur.fetchmany(4096):
+            yield from (_stored(r) for r in rows)
+
+    def first_seq_at_or_after(self, chain: str, time_ms: int) -> int | None:
+        row = self._exec(
+            "SELECT min(seq) FROM audit_records WHERE chain = ? AND time_ms >= ?", (chain, time_ms)
+        ).fetchone()
+        return int(row[0]) if row and row[0] is not None else None
+
+    def query(self, flt: QueryFilter) -> Iterator[StoredRecord]:
+        where: list[str] = []
+        params: list[Any] = []
+        for col, value in (
+            ("chain", flt.chain),
+            ("principal", flt.principal),
+            ("method", flt.method),
+            ("outcome", flt.outcome),
+            ("event", flt.event),
+        ):
+            if value is not None:
+                where.append(f"{col} = ?")
+                params.append(value)
+        if flt.since_ms is not None:
+            where.append("time_ms >= ?")
+            params.append(flt.since_ms)
+        if flt.until_ms is not None:
+            where.append("time_ms < ?")
+            params.append(flt.until_ms)
+        if flt.after_seq is not None:
+            where.append("seq > ?")
+            params.append(flt.after_seq)
+        sql = f"SELECT {_COLS} FROM audit_records"  # noqa: S608
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        order = "DESC" if flt.descending else "ASC"
+        sql += f" ORDER BY time_ms {order}, chain {order}, seq {order}"
+        if flt.limit is not None:
+            sql += " LIMIT ?"
+            params.append(flt.limit)
+        cur = self._exec(sql, params)
+        while rows := cur.fetchmany(4096):
+            yield from (_stored(r) for r in rows)
+
+    def usage_path(self) -> str | None:
+        return str(self.path.parent)
+
+    def close(self) -> None:
+        with contextlib.suppress(sqlite3.Error):
+            self._db.close()
+        if self._lock_fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._lock_fd)
+            self._lock_fd = None
+
+
+def _insert_checkpoint(db: sqlite3.Connection, cp: SignedCheckpoint) -> None:
+    c = cp.checkpoint
+    db.execute(
+        "INSERT INTO audit_checkpoints (chain, n, kind, time_ms, tree_size, payload, signature)"
+        " VALUES (?, ?, ?, ?, ?, ?, ?)",
+        (c.chain, c.n, str(c.kind), c.time_ms, c.tree_size, cp.payload, cp.signature),
+    )
+
+
+def _signed(row: Sequence[Any]) -> SignedCheckpoint:
+    from audit.chain import Checkpoint
+
+    payload, signature = bytes(row[0]), bytes(row[1])
+    return SignedCheckpoint(Checkpoint.from_payload(payload), payload, signature)
+
+
+def _stored(r: Sequence[Any]) -> StoredRecord:
+    return StoredRecord(
+        chain=r[0],
+        seq=int(r[1]),
+        time_ms=int(r[2]),
+        event=r[3],
+        principal=r[4],
+        method=r[5],
+        outcome=r[6],
+        body=bytes(r[7]),
+        hash=bytes(r[8]),
+    )

@@ -1,0 +1,479 @@
+"""Verification of a stored audit log against trusted SM2 public keys.
+
+What is checked, per chain (docs/audit.md has the full list):
+
+* checkpoints: canonical payload, SM2 signature by a trusted key, contiguous numbering,
+  ``prev`` links, monotonic time and size, no gap longer than the tolerance between two
+  checkpoints of a running writer, nothing but an open/recovery checkpoint after a close;
+* records: contiguous sequence numbers from genesis (or from the last signed purge),
+  ``h[seq] = SM3(h[seq-1] || body)`` equal to the stored hash, the head at every
+  checkpoint's ``tree_size`` equal to the signed head, no checkpoint beyond the last record
+  (truncation), indexed columns equal to the body;
+* the unsigned tail after the last checkpoint is younger than the tolerance and (unless
+  ``now_ms`` is ``None``) the last checkpoint of a running writer is recent.
+
+A crash is not tampering: the writer that reopens a crashed chain re-verifies its tail and
+seals it with a ``recovery`` checkpoint, which the report lists as a recovery.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from audit.chain import GENESIS, Checkpoint, CheckpointKind, SignedCheckpoint, Verifier, chain_hash
+from audit.config import MIN_RETENTION_DAYS
+from audit.errors import AuditEncodingError
+from audit.stores.base import Store
+
+DAY_MS = 86_400_000
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    kind: str
+    message: str
+    seq: int | None = None
+    """The first record concerned, when the problem is about records."""
+    checkpoint: int | None = None
+
+
+@dataclass(slots=True)
+class ChainReport:
+    chain: str
+    records_checked: int = 0
+    first_seq: int | None = None
+    last_seq: int | None = None
+    checkpoints_checked: int = 0
+    last_checkpoint: int | None = None
+    last_checkpoint_time_ms: int | None = None
+    unsigned_tail: int = 0
+    closed: bool = False
+    recoveries: list[str] = field(default_factory=list)
+    purges: list[str] = field(default_factory=list)
+    problems: list[Problem] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    @property
+    def first_broken(self) -> int | None:
+        seqs = [p.seq for p in self.problems if p.seq is not None]
+        return min(seqs) if seqs else None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "chain": self.chain,
+            "ok": self.ok,
+            "first_broken": self.first_broken,
+            "records_checked": self.records_checked,
+            "first_seq": self.first_seq,
+            "last_seq": self.last_seq,
+            "checkpoints_checked": self.checkpoints_checked,
+            "last_checkpoint": self.last_checkpoint,
+            "last_checkpoint_time_ms": self.last_checkpoint_time_ms,
+            "unsigned_tail": self.unsigned_tail,
+            "closed": self.closed,
+            "recoveries": self.recoveries,
+            "purges": self.purges,
+            "problems": [
+                {"kind": p.kind, "message": p.message, "seq": p.seq, "checkpoint": p.checkpoint}
+                for p in self.problems
+            ],
+        }
+
+
+@dataclass(slots=True)
+class VerifyReport:
+    chains: list[ChainReport]
+
+    @property
+    def ok(self) -> bool:
+        return all(c.ok for c in self.chains)
+
+    @property
+    def records_checked(self) -> int:
+        return sum(c.records_checked for c in self.chains)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"ok": self.ok, "chains": [c.to_json() for c in self.chains]}
+
+
+def default_tolerance_ms(interval_s: int) -> int:
+    """How late a checkpoint may be before its absence counts as a gap: 2 intervals + 60 s."""
+    return 2 * interval_s * 1000 + 60_000
+
+
+def verify_store(
+    store: Store,
+    keys: Iterable[Verifier],
+    *,
+    chain: str | None = None,
+    start: int | None = None,
+    end: int | None = None,
+    now_ms: int | None = None,
+    anchors: Sequence[SignedCheckpoint] = (),
+    tolerance_ms: Callable[[int], int] = default_tolerance_ms,
+    progress: Callable[[int], None] | None = None,
+) -> VerifyReport:
+    """Verify every chain (or ``chain``) of ``store``; ``start``/``end`` restrict the record range.
+
+    ``keys`` are the trusted public keys (``trust.sm2.Sm2PublicKey``); a checkpoint signed by
+    any other key fails. ``now_ms`` enables the staleness check (pass the current time when
+    verifying a live log). ``anchors`` are checkpoints an auditor kept earlier: each must still
+    be in the log, byte for byte (this catches truncation that removed checkpoints too).
+    """
+    trusted = {k.key_id: k for k in keys}
+    chains = [chain] if chain is not None else store.chains()
+    reports = []
+    for c in chains:
+        chain_anchors = [a for a in anchors if a.checkpoint.chain == c]
+        reports.append(
+            _verify_chain(store, c, trusted, start, end, now_ms, chain_anchors, tolerance_ms, progress)
+        )
+    return VerifyReport(reports)
+
+
+def _verify_checkpoints(
+    store: Store,
+    chain: str,
+    trusted: dict[str, Verifier],
+    report: ChainReport,
+    tolerance_ms: Callable[[int], int],
+) -> list[Checkpoint]:
+    from trust.errors import InvalidSignature
+
+    problems = report.problems
+    good: list[Checkpoint] = []
+    prev: Checkpoint | None = None
+    expect_n = 1
+    for n, payload, signature in store.raw_checkpoints(chain):
+        try:
+            cp = Checkpoint.from_payload(payload)
+        except AuditEncodingError as exc:
+            problems.append(Problem("checkpoint_malformed", f"checkpoint {n}: {exc}", checkpoint=n))
+            prev = None
+            continue
+        report.checkpoints_checked += 1
+        if cp.n != n or cp.chain != chain:
+            problems.append(
+                Problem("checkpoint_misplaced", f"checkpoint stored as n={n} says n={cp.n}", checkpoint=n)
+            )
+            continue
+        key = trusted.get(cp.key_id)
+        if key is None:
+            problems.append(
+                Problem(
+                    "checkpoint_untrusted_key", f"checkpoint {n} is signed by an untrusted key", checkpoint=n
+                )
+            )
+            continue
+        try:
+            key.verify(signature, payload)
+        except InvalidSignature:
+            problems.append(
+                Problem("checkpoint_bad_signature", f"checkpoint {n}: invalid signature", checkpoint=n)
+            )
+            continue
+        if n != expect_n:
+            problems.append(
+                Problem(
+                    "checkpoint_missing", f"checkpoints {expect_n}..{n - 1} are missing", checkpoint=expect_n
+                )
+            )
+        if prev is not None and n == prev.n + 1:
+            if cp.prev != prev.digest():
+                problems.append(
+                    Problem(
+                        "checkpoint_chain_broken", f"checkpoint {n} does not link to {prev.n}", checkpoint=n
+                    )
+                )
+            if cp.time_ms < prev.time_ms or cp.tree_size < prev.tree_size:
+                problems.append(
+                    Problem("checkpoint_regressed", f"checkpoint {n} goes back in time or size", checkpoint=n)
+                )
+            if prev.kind is CheckpointKind.CLOSE:
+                if cp.kind not in (CheckpointKind.OPEN, CheckpointKind.RECOVERY):
+                    problems.append(
+                        Problem("checkpoint_after_close", f"checkpoint {n} follows a close", checkpoint=n)
+                    )
+                elif cp.tree_size != prev.tree_size:
+                    problems.append(
+                        Problem(
+                            "records_after_close",
+                            f"records {prev.tree_size + 1}..{cp.tree_size} were added after the closing "
+                            f"checkpoint {prev.n}",
+                            seq=prev.tree_size + 1,
+                            checkpoint=n,
+                        )
+                    )
+            elif cp.time_ms - prev.time_ms > tolerance_ms(prev.interval_s):
+                problems.append(
+                    Problem(
+                        "checkpoint_gap",
+                        f"no checkpoint between {prev.n} and {n} for {(cp.time_ms - prev.time_ms) // 1000} s "
+                        f"(interval {prev.interval_s} s): records or checkpoints may have been removed",
+                        checkpoint=n,
+                    )
+                )
+        elif n > 1 and prev is None and expect_n == 1:
+            pass  # already reported as missing
+        if cp.kind is CheckpointKind.RECOVERY:
+            report.recoveries.append(
+                f"checkpoint {n}: writer restarted after an unclean shutdown; "
+                f"{cp.extra.get('unsigned_tail', 0)} unsigned records were intact and are now sealed"
+            )
+        if cp.kind is CheckpointKind.PURGE:
+            if not _purge_ok(cp, report):
+                continue
+        prev = cp
+        expect_n = n + 1
+        good.append(cp)
+    return good
+
+
+def _purge_ok(cp: Checkpoint, report: ChainReport) -> bool:
+    x = cp.extra
+    try:
+        through = int(x["purged_through"])
+        cutoff = int(x["cutoff_ms"])
+        days = int(x["retention_days"])
+        bytes.fromhex(str(x["anchor_hash"]))
+    except (KeyError, ValueError, TypeError):
+        report.problems.append(
+            Problem("purge_malformed", f"purge checkpoint {cp.n} is malformed", checkpoint=cp.n)
+        )
+        return False
+    if (
+        days < MIN_RETENTION_DAYS
+        or cutoff > cp.time_ms - MIN_RETENTION_DAYS * DAY_MS
+        or through > cp.tree_size
+    ):
+        report.problems.append(
+            Problem(
+                "purge_too_early",
+                f"purge checkpoint {cp.n} removed records younger than {MIN_RETENTION_DAYS} days",
+                seq=1,
+                checkpoint=cp.n,
+            )
+        )
+        return False
+    report.purges.append(
+        f"checkpoint {cp.n}: records up to {through} purged (older than {days} days), "
+        f"archived as {x.get('archive', '?')}"
+    )
+    return True
+
+
+def _verify_chain(
+    store: Store,
+    chain: str,
+    trusted: dict[str, Verifier],
+    start: int | None,
+    end: int | None,
+    now_ms: int | None,
+    anchors: Sequence[SignedCheckpoint],
+    tolerance_ms: Callable[[int], int],
+    progress: Callable[[int], None] | None,
+) -> ChainReport:
+    report = ChainReport(chain)
+    problems = report.problems
+    cps = _verify_checkpoints(store, chain, trusted, report, tolerance_ms)
+    raw_by_n = {n: (p, s) for n, p, s in store.raw_checkpoints(chain)} if anchors else {}
+    for a in anchors:
+        key = trusted.get(a.checkpoint.key_id)
+        held = raw_by_n.get(a.checkpoint.n)
+        if key is None:
+            problems.append(
+                Problem("anchor_untrusted", f"anchor {a.checkpoint.n} is not signed by a trusted key")
+            )
+        elif held is None or held[0] != a.payload:
+            problems.append(
+                Problem(
+                    "anchor_missing",
+                    f"checkpoint {a.checkpoint.n} that the auditor holds is no longer in the log "
+                    "(the log was truncated or rewritten)",
+                    seq=a.checkpoint.tree_size if a.checkpoint.tree_size > 0 else None,
+                    checkpoint=a.checkpoint.n,
+                )
+            )
+    last_cp = cps[-1] if cps else None
+    if last_cp is not None:
+        report.last_checkpoint = last_cp.n
+        report.last_checkpoint_time_ms = last_cp.time_ms
+        report.closed = last_cp.kind is CheckpointKind.CLOSE
+
+    # Where the records begin: genesis, or the anchor of the latest signed purge.
+    base_seq, base_hash = 0, GENESIS
+    for cp in cps:
+        if cp.kind is CheckpointKind.PURGE:
+            base_seq = int(cp.extra["purged_through"])
+            base_hash = bytes.fromhex(str(cp.extra["anchor_hash"]))
+    bounds = store.bounds(chain)
+    covered = max((cp.tree_size for cp in cps), default=0)
+    if bounds is None:
+        if covered > base_seq:
+            problems.append(
+                Problem(
+                    "truncated",
+                    f"checkpoint {last_cp.n if last_cp else '?'} covers records through {covered}, "
+                    f"but no record after {base_seq} is left",
+                    seq=base_seq + 1,
+                )
+            )
+        return report
+
+    lo = base_seq + 1
+    prev_hash = base_hash
+    if start is not None and start > lo:
+        ph_ = store.hash_at(chain, start - 1)
+        if ph_ is None:
+            problems.append(Problem("record_missing", f"record {start - 1} is missing", seq=start - 1))
+            return report
+        lo, prev_hash = start, ph_
+    if bounds[0] > lo:
+        problems.append(
+            Problem(
+                "record_missing",
+                f"records {lo}..{bounds[0] - 1} are missing (deleted without a signed purge)",
+                seq=lo,
+            )
+        )
+        return report
+    hi = end if end is not None else bounds[1]
+
+    heads: dict[int, list[Checkpoint]] = {}
+    for cp in cps:
+        if lo <= cp.tree_size <= hi:
+            heads.setdefault(cp.tree_size, []).append(cp)
+    verified_upto = lo - 1
+    expect = lo
+    h = prev_hash
+    broken = False
+    n_checked = 0
+    for seq, body, stored in store.iter_hashes(chain, lo, hi):
+        if seq != expect:
+            problems.append(Problem("record_missing", f"record {expect} is missing", seq=expect))
+            broken = True
+            break
+        h = chain_hash(h, body)
+        if h != stored:
+            problems.append(
+                Problem(
+                    "record_altered",
+                    f"record {seq} does not match its chain hash (modified, inserted or reordered)",
+                    seq=seq,
+                )
+            )
+            broken = True
+            break
+        at = heads.get(seq)
+        if at is not None:
+            for cp in at:
+                if cp.head != h:
+                    problems.append(
+                        Problem(
+                            "rechained",
+                            f"records {verified_upto + 1}..{seq} do not match the signed head of checkpoint "
+                            f"{cp.n}: altered and re-chained without the signing key",
+                            seq=verified_upto + 1,
+                            checkpoint=cp.n,
+                        )
+                    )
+                    broken = True
+            if broken:
+                break
+            verified_upto = seq
+        expect += 1
+        n_checked += 1
+        if progress is not None and not n_checked & 0xFFFF:
+            progress(0x10000)
+    if progress is not None:
+        progress(n_checked & 0xFFFF)
+    report.records_checked = n_checked
+    report.first_seq = lo
+    report.last_seq = expect - 1
+    if broken:
+        return report
+    last_present = expect - 1
+    if end is None and covered > last_present:
+        problems.append(
+            Problem(
+                "truncated",
+                f"checkpoint covers records through {covered}, but the log ends at {last_present}",
+                seq=last_present + 1,
+            )
+        )
+    mismatch = store.column_mismatches(chain, lo, hi)
+    if mismatch is not None:
+        problems.append(
+            Problem(
+                "record_altered", f"indexed columns of record {mismatch} disagree with its body", seq=mismatch
+            )
+        )
+    if end is None and last_cp is not None:
+        report.unsigned_tail = max(0, last_present - covered)
+        if report.unsigned_tail:
+            if last_cp.kind is CheckpointKind.CLOSE:
+                problems.append(
+                    Problem(
+                        "records_after_close",
+                        f"records {covered + 1}..{last_present} follow the closing checkpoint {last_cp.n}",
+                        seq=covered + 1,
+                    )
+                )
+            else:
+                last_rec = next(iter(store.records(chain, last_present, last_present)), None)
+                if last_rec is not None and last_rec.time_ms - last_cp.time_ms > tolerance_ms(
+                    last_cp.interval_s
+                ):
+                    problems.append(
+                        Problem(
+                            "tail_unsigned",
+                            f"records {covered + 1}..{last_present} span beyond the checkpoint interval "
+                            "without a checkpoint: checkpoints were removed",
+                            seq=covered + 1,
+                        )
+                    )
+        if (
+            now_ms is not None
+            and last_cp.kind is not CheckpointKind.CLOSE
+            and now_ms - last_cp.time_ms > tolerance_ms(last_cp.interval_s)
+        ):
+            problems.append(
+                Problem(
+                    "stale",
+                    f"the log ends without a closing checkpoint and its last checkpoint ({last_cp.n}) is "
+                    f"{(now_ms - last_cp.time_ms) // 1000} s old: its tail was truncated, "
+                    "or its writer crashed "
+                    "and has not been restarted (restarting it seals the tail)",
+                    seq=covered + 1 if report.unsigned_tail == 0 else None,
+                    checkpoint=last_cp.n,
+                )
+            )
+    elif end is None and last_cp is None and bounds is not None:
+        report.unsigned_tail = last_present - lo + 1
+        first = next(iter(store.records(chain, lo, lo)), None)
+        last_rec = next(iter(store.records(chain, last_present, last_present)), None)
+        if first is not None and last_rec is not None and last_rec.time_ms - first.time_ms > tolerance_ms(60):
+            problems.append(Problem("no_checkpoint", "no signed checkpoint covers these records", seq=lo))
+        elif now_ms is not None and first is not None and now_ms - first.time_ms > tolerance_ms(60):
+            problems.append(Problem("no_checkpoint", "no signed checkpoint covers these records", seq=lo))
+    return report
+
+
+def verify_archive_records(
+    rows: Iterable[tuple[int, bytes, bytes]], prev_seq: int, prev_hash: bytes
+) -> tuple[int, bytes] | Problem:
+    """Re-chain archived ``(seq, body, hash)`` rows from ``(prev_seq, prev_hash)``."""
+    expect, h = prev_seq + 1, prev_hash
+    for seq, body, stored in rows:
+        if seq != expect:
+            return Problem("record_missing", f"archived record {expect} is missing", seq=expect)
+        h = chain_hash(h, body)
+        if h != stored:
+            return Problem("record_altered", f"archived record {seq} does not match its chain hash", seq=seq)
+        expect += 1
+    return expect - 1, h
