@@ -1,0 +1,112 @@
+package io.xinserve.client;
+
+import io.grpc.ClientCall;
+import io.grpc.Metadata;
+import io.grpc.MethodDescriptor;
+import io.grpc.Status;
+import io.xinserve.client.errors.XinserveExceptions;
+import io.xinserve.v1.ChatRequest;
+import io.xinserve.v1.ChatResponse;
+import io.xinserve.v1.ChatStreamResponse;
+import io.xinserve.v1.EmbedRequest;
+import io.xinserve.v1.EmbedResponse;
+import io.xinserve.v1.GenerateRequest;
+import io.xinserve.v1.GenerateResponse;
+import io.xinserve.v1.GenerateStreamResponse;
+import io.xinserve.v1.InferenceServiceGrpc;
+import reactor.core.publisher.Flux;
+import reactor.core.publisher.FluxSink;
+import reactor.core.publisher.Mono;
+
+/**
+ * Reactor forms of the {@link XinserveClient} calls. Needs {@code io.projectreactor:reactor-core}.
+ *
+ * <p>Streams are cold: each subscription starts one gRPC call. Backpressure is real: the client
+ * asks the server for exactly as many messages as the subscriber requested (gRPC flow control),
+ * so a slow subscriber slows the stream instead of filling a buffer. Cancelling the subscription
+ * (e.g. {@code take(n)}, {@code timeout}, an HTTP client going away in WebFlux) cancels the call
+ * and so aborts the engine request. Errors are {@link io.xinserve.client.errors.XinserveException}s.
+ */
+public final class ReactorXinserveClient {
+  private final XinserveClient client;
+
+  ReactorXinserveClient(XinserveClient client) {
+    this.client = client;
+  }
+
+  /**
+   * @param request the request
+   * @return a cold Flux of generation deltas
+   */
+  public Flux<GenerateStreamResponse> generateStream(GenerateRequest request) {
+    return flux(InferenceServiceGrpc.getGenerateStreamMethod(), request, request.getRequestId());
+  }
+
+  /**
+   * @param request the request
+   * @return a cold Flux of chat deltas
+   */
+  public Flux<ChatStreamResponse> chatStream(ChatRequest request) {
+    return flux(InferenceServiceGrpc.getChatStreamMethod(), request, request.getRequestId());
+  }
+
+  /**
+   * @param request the request
+   * @return a cold Mono of the response; cancelling it cancels the call
+   */
+  public Mono<GenerateResponse> generate(GenerateRequest request) {
+    return Mono.fromFuture(() -> client.generateAsync(request), false);
+  }
+
+  /**
+   * @param request the request
+   * @return a cold Mono of the reply; cancelling it cancels the call
+   */
+  public Mono<ChatResponse> chat(ChatRequest request) {
+    return Mono.fromFuture(() -> client.chatAsync(request), false);
+  }
+
+  /**
+   * @param request the request
+   * @return a cold Mono of the embeddings; cancelling it cancels the call
+   */
+  public Mono<EmbedResponse> embed(EmbedRequest request) {
+    return Mono.fromFuture(() -> client.embedAsync(request), false);
+  }
+
+  private <Q, R> Flux<R> flux(MethodDescriptor<Q, R> method, Q request, String requestId) {
+    return Flux.create(
+        sink -> {
+          ClientCall<Q, R> call =
+              client.newStreamCall(method, XinserveClient.requestIdOrNew(requestId));
+          Object lock = new Object();
+          call.start(
+              new ClientCall.Listener<R>() {
+                @Override
+                public void onMessage(R message) {
+                  sink.next(message);
+                }
+
+                @Override
+                public void onClose(Status status, Metadata trailers) {
+                  if (status.isOk()) {
+                    sink.complete();
+                  } else {
+                    sink.error(XinserveExceptions.of(status, trailers));
+                  }
+                }
+              },
+              new Metadata());
+          call.sendMessage(request);
+          call.halfClose();
+          sink.onCancel(() -> call.cancel("subscription cancelled", null));
+          sink.onRequest(
+              n -> {
+                synchronized (lock) {
+                  call.request((int) Math.min(n, Integer.MAX_VALUE));
+                }
+              });
+        },
+        FluxSink.OverflowStrategy.BUFFER);
+  }
+}

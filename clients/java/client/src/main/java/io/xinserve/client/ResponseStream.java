@@ -1,0 +1,224 @@
+package io.xinserve.client;
+
+import io.grpc.ClientCall;
+import io.grpc.Metadata;
+import io.grpc.Status;
+import io.xinserve.client.errors.CancelledException;
+import io.xinserve.client.errors.ErrorDetails;
+import io.xinserve.client.errors.XinserveException;
+import io.xinserve.client.errors.XinserveExceptions;
+import java.lang.ref.Cleaner;
+import java.util.Iterator;
+import java.util.NoSuchElementException;
+import java.util.Spliterator;
+import java.util.Spliterators;
+import java.util.concurrent.LinkedBlockingQueue;
+import java.util.concurrent.atomic.AtomicBoolean;
+import java.util.stream.Stream;
+import java.util.stream.StreamSupport;
+
+/**
+ * A server stream read as a blocking {@link Iterator}; {@link #close()} cancels the call.
+ *
+ * <p>Always use it in try-with-resources:
+ *
+ * <pre>{@code
+ * try (ResponseStream<GenerateStreamResponse> s = client.generateStream(request)) {
+ *   for (GenerateStreamResponse delta : s) { System.out.print(delta.getText()); }
+ * }
+ * }</pre>
+ *
+ * Leaving the loop early (break, exception) and closing the stream cancels the gRPC call, which
+ * aborts the engine request on the server. Unlike grpc-java's blocking iterator, the stream holds
+ * at most {@code prefetch} messages: the next ones are requested from the server only as the
+ * iterator is consumed (flow control), so an abandoned stream does not keep buffering. A stream
+ * that becomes unreachable without being closed is cancelled when it is garbage-collected, as a
+ * last resort.
+ *
+ * <p>{@link #hasNext()} and {@link #next()} block until a message, the end of the stream or a
+ * failure arrives; a failure is thrown as a {@link XinserveException} subclass (e.g. {@link
+ * io.xinserve.client.errors.DeadlineExceededException}). Not thread-safe: read from one thread;
+ * {@link #close()} may be called from any thread.
+ *
+ * @param <T> the response message type
+ */
+public final class ResponseStream<T> implements Iterator<T>, Iterable<T>, AutoCloseable {
+  private static final Cleaner CLEANER = Cleaner.create();
+  private static final Object END = new Object();
+
+  private final ClientCall<?, T> call;
+  private final String requestId;
+  private final LinkedBlockingQueue<Object> queue = new LinkedBlockingQueue<>();
+  private final AtomicBoolean finished;
+  private final Cleaner.Cleanable cleanable;
+  private volatile boolean closedByCaller;
+  private Object next;
+  private boolean done;
+
+  private static final class Failure {
+    final Status status;
+    final Metadata trailers;
+
+    Failure(Status status, Metadata trailers) {
+      this.status = status;
+      this.trailers = trailers;
+    }
+  }
+
+  private static final class Canceller implements Runnable {
+    private final ClientCall<?, ?> call;
+    private final AtomicBoolean finished;
+
+    Canceller(ClientCall<?, ?> call, AtomicBoolean finished) {
+      this.call = call;
+      this.finished = finished;
+    }
+
+    @Override
+    public void run() {
+      if (finished.compareAndSet(false, true)) {
+        call.cancel("ResponseStream closed", null);
+      }
+    }
+  }
+
+  <Q> ResponseStream(ClientCall<Q, T> call, Q request, String requestId, int prefetch) {
+    this.call = call;
+    this.requestId = requestId;
+    this.finished = new AtomicBoolean();
+    LinkedBlockingQueue<Object> q = this.queue;
+    AtomicBoolean fin = this.finished;
+    call.start(
+        new ClientCall.Listener<T>() {
+          @Override
+          public void onMessage(T message) {
+            q.add(message);
+          }
+
+          @Override
+          public void onClose(Status status, Metadata trailers) {
+            fin.set(true);
+            q.add(status.isOk() ? END : new Failure(status, trailers));
+          }
+        },
+        new Metadata());
+    try {
+      call.sendMessage(request);
+      call.halfClose();
+      call.request(Math.max(1, prefetch));
+    } catch (RuntimeException e) {
+      call.cancel("failed to send the request", e);
+      throw e;
+    }
+    this.cleanable = CLEANER.register(this, new Canceller(call, finished));
+  }
+
+  /**
+   * @return the request id of this call (the request's {@code request_id}, or the {@code
+   *     x-request-id} the client generated); pass it to {@link XinserveClient#abort} to abort the
+   *     request from elsewhere
+   */
+  public String requestId() {
+    return requestId;
+  }
+
+  /**
+   * Waits for the next message or the end of the stream.
+   *
+   * @return {@code true} if {@link #next()} will return a message
+   * @throws XinserveException if the call failed (deadline, server error, cancellation by someone
+   *     other than this stream's {@link #close()})
+   */
+  @Override
+  public boolean hasNext() {
+    if (closedByCaller) {
+      done = true;
+      next = null;
+      return false;
+    }
+    if (next != null) {
+      return true;
+    }
+    if (done) {
+      return false;
+    }
+    Object item;
+    try {
+      item = queue.take();
+    } catch (InterruptedException e) {
+      Thread.currentThread().interrupt();
+      close();
+      throw new CancelledException(
+          new ErrorDetails(
+              Status.Code.CANCELLED, "interrupted while waiting for the stream", null, null, null,
+              null, null),
+          e);
+    }
+    if (item == END) {
+      done = true;
+      cleanable.clean();
+      return false;
+    }
+    if (item instanceof Failure f) {
+      done = true;
+      cleanable.clean();
+      if (closedByCaller) {
+        return false;
+      }
+      throw XinserveExceptions.of(f.status, f.trailers);
+    }
+    next = item;
+    call.request(1); // keep `prefetch` messages in flight
+    return true;
+  }
+
+  /**
+   * @return the next message
+   * @throws NoSuchElementException if the stream has ended
+   * @throws XinserveException if the call failed
+   */
+  @Override
+  @SuppressWarnings("unchecked")
+  public T next() {
+    if (!hasNext()) {
+      throw new NoSuchElementException("stream has ended");
+    }
+    T t = (T) next;
+    next = null;
+    return t;
+  }
+
+  /** @return this stream, so it can be used in a for-each loop (once) */
+  @Override
+  public Iterator<T> iterator() {
+    return this;
+  }
+
+  /**
+   * A sequential {@link Stream} over the remaining messages; closing the {@code Stream} closes this
+   * {@code ResponseStream} and so cancels the call if it is still running.
+   *
+   * @return the stream view
+   */
+  public Stream<T> stream() {
+    return StreamSupport.stream(
+            Spliterators.spliteratorUnknownSize(this, Spliterator.ORDERED | Spliterator.NONNULL),
+            false)
+        .onClose(this::close);
+  }
+
+  /** @return whether the call has ended (completed, failed or cancelled) */
+  public boolean isFinished() {
+    return finished.get();
+  }
+
+  /**
+   * Cancels the call if it is still running (the server aborts the engine request) and discards
+   * what is buffered. Idempotent, callable from any thread.
+   */
+  @Override
+  public void close() {
+    closedByCaller = true;
+    cleanable.clean();
+  }
+}

@@ -1,0 +1,1023 @@
+package io.xinserve.client;
+
+import io.grpc.CallOptions;
+import io.grpc.Channel;
+import io.grpc.ChannelCredentials;
+import io.grpc.ClientCall;
+import io.grpc.ClientInterceptor;
+import io.grpc.ClientInterceptors;
+import io.grpc.Grpc;
+import io.grpc.InsecureChannelCredentials;
+import io.grpc.ManagedChannel;
+import io.grpc.ManagedChannelBuilder;
+import io.grpc.Metadata;
+import io.grpc.MethodDescriptor;
+import io.grpc.Status;
+import io.grpc.StatusRuntimeException;
+import io.grpc.TlsChannelCredentials;
+import io.grpc.health.v1.HealthCheckRequest;
+import io.grpc.health.v1.HealthCheckResponse;
+import io.grpc.health.v1.HealthGrpc;
+import io.grpc.stub.ClientCalls;
+import io.grpc.stub.StreamObserver;
+import io.xinserve.client.errors.XinserveException;
+import io.xinserve.client.errors.XinserveExceptions;
+import io.xinserve.v1.AbortRequest;
+import io.xinserve.v1.ChatRequest;
+import io.xinserve.v1.ChatResponse;
+import io.xinserve.v1.ChatStreamResponse;
+import io.xinserve.v1.DetokenizeRequest;
+import io.xinserve.v1.DetokenizeResponse;
+import io.xinserve.v1.EmbedRequest;
+import io.xinserve.v1.EmbedResponse;
+import io.xinserve.v1.GenerateRequest;
+import io.xinserve.v1.GenerateResponse;
+import io.xinserve.v1.GenerateStreamResponse;
+import io.xinserve.v1.GetLoadRequest;
+import io.xinserve.v1.GetLoadResponse;
+import io.xinserve.v1.GetModelRequest;
+import io.xinserve.v1.GetServerInfoRequest;
+import io.xinserve.v1.GetServerInfoResponse;
+import io.xinserve.v1.InferenceServiceGrpc;
+import io.xinserve.v1.ListModelsRequest;
+import io.xinserve.v1.Model;
+import io.xinserve.v1.ModelServiceGrpc;
+import io.xinserve.v1.ServerServiceGrpc;
+import io.xinserve.v1.TokenizeRequest;
+import io.xinserve.v1.TokenizeResponse;
+import java.io.ByteArrayInputStream;
+import java.io.IOException;
+import java.io.UncheckedIOException;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Locale;
+import java.util.Map;
+import java.util.Objects;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.CancellationException;
+import java.util.concurrent.TimeUnit;
+import java.util.function.Consumer;
+import java.util.function.Supplier;
+import javax.net.ssl.KeyManager;
+import javax.net.ssl.TrustManager;
+
+/**
+ * Client of an xinserve server: text generation, chat, embeddings, tokenization, model and server
+ * information.
+ *
+ * <pre>{@code
+ * try (XinserveClient client = XinserveClient.builder()
+ *         .target("dns:///xinserve.internal:50051")
+ *         .trustCertificates(Path.of("ca.pem"))
+ *         .bearerToken(() -> tokenService.currentToken())
+ *         .build()) {
+ *   GenerateResponse r = client.generate(GenerateRequest.newBuilder()
+ *       .setModel("qwen2.5-7b").setPrompt("你好").build());
+ * }
+ * }</pre>
+ *
+ * <p>Every call comes in up to four forms: blocking ({@link #generate}), {@link
+ * CompletableFuture} ({@link #generateAsync}; cancelling the future cancels the call), a closeable
+ * blocking iterator for streams ({@link #generateStream(GenerateRequest)}) and a callback form
+ * ({@link #generateStream(GenerateRequest, StreamListener)}). {@link #reactor()} adds Reactor
+ * {@code Flux}/{@code Mono} forms when reactor-core is on the class path.
+ *
+ * <p>Failures are thrown as subclasses of {@link XinserveException}, chosen by the gRPC status
+ * code, with the server's {@code google.rpc} details decoded (field violations, retry delay).
+ *
+ * <p>Unary calls get the builder's unary deadline (default 30 s) and streams the stream deadline
+ * (default none, so long generations are not cut); {@link #withDeadline} overrides both. Every call
+ * carries an {@code x-request-id} header: the request's {@code request_id} if set, otherwise a
+ * random UUID.
+ *
+ * <p>Thread-safe; create one per server and share it. {@link #close()} shuts the channel down.
+ */
+public final class XinserveClient implements AutoCloseable {
+  /** Service names the client's retry policy applies to. */
+  static final List<String> RETRIED_SERVICES =
+      List.of(
+          "xinserve.v1.InferenceService",
+          "xinserve.v1.ModelService",
+          "xinserve.v1.ServerService",
+          "grpc.health.v1.Health");
+
+  private final ManagedChannel ownedChannel;
+  private final Channel channel;
+  private final Duration unaryDeadline;
+  private final Duration streamDeadline;
+  private final int streamPrefetch;
+  private final ClientHeaders.Bearer bearer;
+
+  private XinserveClient(
+      ManagedChannel ownedChannel,
+      Channel channel,
+      Duration unaryDeadline,
+      Duration streamDeadline,
+      int streamPrefetch,
+      ClientHeaders.Bearer bearer) {
+    this.ownedChannel = ownedChannel;
+    this.channel = channel;
+    this.unaryDeadline = unaryDeadline;
+    this.streamDeadline = streamDeadline;
+    this.streamPrefetch = streamPrefetch;
+    this.bearer = bearer;
+  }
+
+  /** @return a new builder; at least {@link Builder#target} (or a channel) must be set */
+  public static Builder builder() {
+    return new Builder();
+  }
+
+  /**
+   * A view of this client whose calls all use the given deadline (unary and streams). It shares the
+   * channel; closing the view does nothing.
+   *
+   * @param deadline the deadline measured from the start of each call; {@link Duration#ZERO} for
+   *     none
+   * @return the view
+   */
+  public XinserveClient withDeadline(Duration deadline) {
+    Objects.requireNonNull(deadline, "deadline");
+    return new XinserveClient(null, channel, deadline, deadline, streamPrefetch, bearer);
+  }
+
+  /**
+   * @return the channel calls go through (with the client's interceptors), for calling other
+   *     services on the same connection; not closed by the caller
+   */
+  public Channel channel() {
+    return channel;
+  }
+
+  // ---------------------------------------------------------------- inference
+
+  /**
+   * Generates completions for a prompt and waits for them.
+   *
+   * @param request the request; {@code model} and a prompt are required
+   * @return the completions and token counts
+   * @throws io.xinserve.client.errors.InvalidArgumentException a parameter is invalid (fields
+   *     named)
+   * @throws io.xinserve.client.errors.NotFoundException the model is unknown
+   * @throws io.xinserve.client.errors.DeadlineExceededException the unary deadline passed
+   * @throws XinserveException any other failure
+   */
+  public GenerateResponse generate(GenerateRequest request) {
+    return blocking(InferenceServiceGrpc.getGenerateMethod(), request, request.getRequestId());
+  }
+
+  /**
+   * Asynchronous {@link #generate}. Cancelling the returned future cancels the call.
+   *
+   * @param request the request
+   * @return a future completed with the response, or exceptionally with a {@link
+   *     XinserveException}
+   */
+  public CompletableFuture<GenerateResponse> generateAsync(GenerateRequest request) {
+    return async(InferenceServiceGrpc.getGenerateMethod(), request, request.getRequestId());
+  }
+
+  /**
+   * Streams a generation as deltas. Use in try-with-resources: closing the stream cancels the call.
+   *
+   * @param request the request
+   * @return the open stream
+   */
+  public ResponseStream<GenerateStreamResponse> generateStream(GenerateRequest request) {
+    return openStream(
+        InferenceServiceGrpc.getGenerateStreamMethod(), request, request.getRequestId());
+  }
+
+  /**
+   * Streams a generation to a listener.
+   *
+   * @param request the request
+   * @param listener receives the deltas, then completion or the error
+   * @return a handle whose {@code cancel()} cancels the call
+   */
+  public Cancellable generateStream(
+      GenerateRequest request, StreamListener<GenerateStreamResponse> listener) {
+    return observe(
+        InferenceServiceGrpc.getGenerateStreamMethod(), request, request.getRequestId(), listener);
+  }
+
+  /**
+   * Applies the model's chat template to the messages and generates a reply.
+   *
+   * @param request the request; {@code model} and at least one message are required
+   * @return the reply
+   * @throws XinserveException on failure, as for {@link #generate}
+   */
+  public ChatResponse chat(ChatRequest request) {
+    return blocking(InferenceServiceGrpc.getChatMethod(), request, request.getRequestId());
+  }
+
+  /**
+   * Asynchronous {@link #chat}. Cancelling the returned future cancels the call.
+   *
+   * @param request the request
+   * @return a future of the reply
+   */
+  public CompletableFuture<ChatResponse> chatAsync(ChatRequest request) {
+    return async(InferenceServiceGrpc.getChatMethod(), request, request.getRequestId());
+  }
+
+  /**
+   * Streams a chat reply as deltas; closing the stream cancels the call.
+   *
+   * @param request the request
+   * @return the open stream
+   */
+  public ResponseStream<ChatStreamResponse> chatStream(ChatRequest request) {
+    return openStream(InferenceServiceGrpc.getChatStreamMethod(), request, request.getRequestId());
+  }
+
+  /**
+   * Streams a chat reply to a listener.
+   *
+   * @param request the request
+   * @param listener receives the deltas, then completion or the error
+   * @return a handle whose {@code cancel()} cancels the call
+   */
+  public Cancellable chatStream(ChatRequest request, StreamListener<ChatStreamResponse> listener) {
+    return observe(
+        InferenceServiceGrpc.getChatStreamMethod(), request, request.getRequestId(), listener);
+  }
+
+  /**
+   * Embeds texts with an embedding model.
+   *
+   * @param request the request; {@code model} and 1..1024 non-empty inputs are required
+   * @return one vector per input, in input order
+   * @throws XinserveException on failure
+   */
+  public EmbedResponse embed(EmbedRequest request) {
+    return blocking(InferenceServiceGrpc.getEmbedMethod(), request, request.getRequestId());
+  }
+
+  /**
+   * Embeds texts with the model's default normalisation.
+   *
+   * @param model the embedding model's served name
+   * @param inputs the texts
+   * @return the vectors, one per input
+   */
+  public List<float[]> embed(String model, List<String> inputs) {
+    EmbedResponse r = embed(EmbedRequest.newBuilder().setModel(model).addAllInputs(inputs).build());
+    List<float[]> out = new ArrayList<>(r.getEmbeddingsCount());
+    r.getEmbeddingsList().stream()
+        .sorted((a, b) -> Integer.compare(a.getIndex(), b.getIndex()))
+        .forEach(
+            e -> {
+              float[] v = new float[e.getValuesCount()];
+              for (int i = 0; i < v.length; i++) {
+                v[i] = e.getValues(i);
+              }
+              out.add(v);
+            });
+    return out;
+  }
+
+  /**
+   * Asynchronous {@link #embed(EmbedRequest)}.
+   *
+   * @param request the request
+   * @return a future of the response
+   */
+  public CompletableFuture<EmbedResponse> embedAsync(EmbedRequest request) {
+    return async(InferenceServiceGrpc.getEmbedMethod(), request, request.getRequestId());
+  }
+
+  /**
+   * Tokenizes text with the model's tokenizer.
+   *
+   * @param request the request
+   * @return the token ids and the model's context length (tokens)
+   */
+  public TokenizeResponse tokenize(TokenizeRequest request) {
+    return blocking(InferenceServiceGrpc.getTokenizeMethod(), request, "");
+  }
+
+  /**
+   * Tokenizes text, adding the tokenizer's special tokens.
+   *
+   * @param model the served model name
+   * @param text the text
+   * @return the token ids
+   */
+  public List<Integer> tokenize(String model, String text) {
+    return tokenize(TokenizeRequest.newBuilder().setModel(model).setText(text).build())
+        .getTokenIdsList();
+  }
+
+  /**
+   * Asynchronous {@link #tokenize(TokenizeRequest)}.
+   *
+   * @param request the request
+   * @return a future of the response
+   */
+  public CompletableFuture<TokenizeResponse> tokenizeAsync(TokenizeRequest request) {
+    return async(InferenceServiceGrpc.getTokenizeMethod(), request, "");
+  }
+
+  /**
+   * Turns token ids back into text.
+   *
+   * @param request the request
+   * @return the text
+   */
+  public DetokenizeResponse detokenize(DetokenizeRequest request) {
+    return blocking(InferenceServiceGrpc.getDetokenizeMethod(), request, "");
+  }
+
+  /**
+   * Aborts a running request by its id (see {@link ResponseStream#requestId()}).
+   *
+   * @param requestId the request id
+   * @return {@code true} if a running request was found and aborted, {@code false} if it was
+   *     unknown or already finished
+   */
+  public boolean abort(String requestId) {
+    return blocking(
+            InferenceServiceGrpc.getAbortMethod(),
+            AbortRequest.newBuilder().setRequestId(requestId).build(),
+            "")
+        .getAborted();
+  }
+
+  // ---------------------------------------------------------------- models and server
+
+  /** @return every model the server knows, served or not */
+  public List<Model> listModels() {
+    return blocking(ModelServiceGrpc.getListModelsMethod(), ListModelsRequest.getDefaultInstance(), "")
+        .getModelsList();
+  }
+
+  /** @return a future of {@link #listModels()} */
+  public CompletableFuture<List<Model>> listModelsAsync() {
+    return async(ModelServiceGrpc.getListModelsMethod(), ListModelsRequest.getDefaultInstance(), "")
+        .thenApply(r -> r.getModelsList());
+  }
+
+  /**
+   * @param name the served model name
+   * @return the model
+   * @throws io.xinserve.client.errors.NotFoundException if the server does not know it
+   */
+  public Model getModel(String name) {
+    return blocking(
+            ModelServiceGrpc.getGetModelMethod(), GetModelRequest.newBuilder().setName(name).build(), "")
+        .getModel();
+  }
+
+  /** @return versions, schema revision, backend, devices and capabilities of the server */
+  public GetServerInfoResponse serverInfo() {
+    return blocking(
+        ServerServiceGrpc.getGetServerInfoMethod(), GetServerInfoRequest.getDefaultInstance(), "");
+  }
+
+  /** @return a future of {@link #serverInfo()} */
+  public CompletableFuture<GetServerInfoResponse> serverInfoAsync() {
+    return async(
+        ServerServiceGrpc.getGetServerInfoMethod(), GetServerInfoRequest.getDefaultInstance(), "");
+  }
+
+  /** @return the current load of all models (running and waiting requests, KV-cache use) */
+  public GetLoadResponse load() {
+    return load("");
+  }
+
+  /**
+   * @param model a served model name, or empty for all models
+   * @return the current load
+   */
+  public GetLoadResponse load(String model) {
+    return blocking(
+        ServerServiceGrpc.getGetLoadMethod(), GetLoadRequest.newBuilder().setModel(model).build(), "");
+  }
+
+  /**
+   * Calls the standard {@code grpc.health.v1.Health/Check}.
+   *
+   * @param service {@code ""} for the whole server, or e.g. {@code "xinserve.v1.InferenceService"}
+   * @param timeout deadline of this check
+   * @return the serving status
+   * @throws XinserveException if the check itself fails (e.g. UNAVAILABLE, DEADLINE_EXCEEDED)
+   */
+  public HealthCheckResponse.ServingStatus checkHealth(String service, Duration timeout) {
+    try {
+      return ClientCalls.blockingUnaryCall(
+              channel,
+              HealthGrpc.getCheckMethod(),
+              options(timeout, ""),
+              HealthCheckRequest.newBuilder().setService(service).build())
+          .getStatus();
+    } catch (StatusRuntimeException e) {
+      throw XinserveExceptions.from(e);
+    }
+  }
+
+  /**
+   * Returns a Reactor view of this client. Requires {@code io.projectreactor:reactor-core} on the
+   * class path (an optional dependency of this artifact).
+   *
+   * @return the reactive client, sharing this client's channel
+   */
+  public ReactorXinserveClient reactor() {
+    return new ReactorXinserveClient(this);
+  }
+
+  /**
+   * Shuts the channel down, waiting up to 5 s for running calls, then cancels what is left. A view
+   * made by {@link #withDeadline} or a client built on a caller's channel does nothing here.
+   */
+  @Override
+  public void close() {
+    if (ownedChannel == null) {
+      return;
+    }
+    ownedChannel.shutdown();
+    try {
+      if (!ownedChannel.awaitTermination(5, TimeUnit.SECONDS)) {
+        ownedChannel.shutdownNow();
+        ownedChannel.awaitTermination(2, TimeUnit.SECONDS);
+      }
+    } catch (InterruptedException e) {
+      ownedChannel.shutdownNow();
+      Thread.currentThread().interrupt();
+    }
+  }
+
+  // ---------------------------------------------------------------- plumbing
+
+  static String requestIdOrNew(String requestId) {
+    return requestId == null || requestId.isEmpty() ? ClientHeaders.newRequestId() : requestId;
+  }
+
+  CallOptions options(Duration deadline, String requestId) {
+    CallOptions o = CallOptions.DEFAULT;
+    if (deadline != null && !deadline.isZero() && !deadline.isNegative()) {
+      o = o.withDeadlineAfter(deadline.toNanos(), TimeUnit.NANOSECONDS);
+    }
+    if (requestId != null && !requestId.isEmpty()) {
+      o = o.withOption(ClientHeaders.REQUEST_ID_OPTION, requestId);
+    }
+    if (bearer != null) {
+      o = o.withCallCredentials(bearer);
+    }
+    return o;
+  }
+
+  CallOptions unaryOptions(String requestId) {
+    return options(unaryDeadline, requestId);
+  }
+
+  CallOptions streamOptions(String requestId) {
+    return options(streamDeadline, requestId);
+  }
+
+  <Q, R> ClientCall<Q, R> newStreamCall(MethodDescriptor<Q, R> method, String requestId) {
+    return channel.newCall(method, streamOptions(requestId));
+  }
+
+  private <Q, R> R blocking(MethodDescriptor<Q, R> method, Q request, String requestId) {
+    try {
+      return ClientCalls.blockingUnaryCall(
+          channel, method, unaryOptions(requestIdOrNew(requestId)), request);
+    } catch (StatusRuntimeException e) {
+      throw XinserveExceptions.from(e);
+    }
+  }
+
+  <Q, R> CompletableFuture<R> async(MethodDescriptor<Q, R> method, Q request, String requestId) {
+    ClientCall<Q, R> call = channel.newCall(method, unaryOptions(requestIdOrNew(requestId)));
+    CompletableFuture<R> future = new CompletableFuture<>();
+    future.whenComplete(
+        (r, t) -> {
+          if (t instanceof CancellationException) {
+            call.cancel("future cancelled by the caller", null);
+          }
+        });
+    ClientCalls.asyncUnaryCall(
+        call,
+        request,
+        new StreamObserver<R>() {
+          private R value;
+
+          @Override
+          public void onNext(R v) {
+            value = v;
+          }
+
+          @Override
+          public void onError(Throwable t) {
+            future.completeExceptionally(XinserveExceptions.from(t));
+          }
+
+          @Override
+          public void onCompleted() {
+            future.complete(value);
+          }
+        });
+    return future;
+  }
+
+  private <Q, R> ResponseStream<R> openStream(
+      MethodDescriptor<Q, R> method, Q request, String requestId) {
+    String rid = requestIdOrNew(requestId);
+    return new ResponseStream<>(newStreamCall(method, rid), request, rid, streamPrefetch);
+  }
+
+  private <Q, R> Cancellable observe(
+      MethodDescriptor<Q, R> method, Q request, String requestId, StreamListener<R> listener) {
+    Objects.requireNonNull(listener, "listener");
+    ClientCall<Q, R> call = newStreamCall(method, requestIdOrNew(requestId));
+    call.start(
+        new ClientCall.Listener<R>() {
+          @Override
+          public void onMessage(R message) {
+            try {
+              listener.onNext(message);
+            } catch (RuntimeException e) {
+              call.cancel("StreamListener.onNext threw", e);
+              return;
+            }
+            call.request(1);
+          }
+
+          @Override
+          public void onClose(Status status, Metadata trailers) {
+            if (status.isOk()) {
+              listener.onCompleted();
+            } else {
+              listener.onError(XinserveExceptions.of(status, trailers));
+            }
+          }
+        },
+        new Metadata());
+    call.sendMessage(request);
+    call.halfClose();
+    call.request(1);
+    return () -> call.cancel("cancelled by the caller", null);
+  }
+
+  static Map<String, Object> serviceConfig(String loadBalancingPolicy, RetryPolicy retry) {
+    Map<String, Object> config = new LinkedHashMap<>();
+    if (loadBalancingPolicy != null && !loadBalancingPolicy.isEmpty()) {
+      config.put("loadBalancingConfig", List.of(Map.of(loadBalancingPolicy, Map.of())));
+    }
+    if (retry != null && retry.enabled()) {
+      List<Object> names = new ArrayList<>();
+      for (String s : RETRIED_SERVICES) {
+        names.add(Map.of("service", s));
+      }
+      Map<String, Object> policy = new LinkedHashMap<>();
+      policy.put("maxAttempts", (double) retry.maxAttempts());
+      policy.put("initialBackoff", protoDuration(retry.initialBackoff()));
+      policy.put("maxBackoff", protoDuration(retry.maxBackoff()));
+      policy.put("backoffMultiplier", retry.backoffMultiplier());
+      policy.put("retryableStatusCodes", List.of("UNAVAILABLE"));
+      Map<String, Object> methodConfig = new LinkedHashMap<>();
+      methodConfig.put("name", names);
+      methodConfig.put("retryPolicy", policy);
+      config.put("methodConfig", List.of(methodConfig));
+    }
+    return config;
+  }
+
+  private static String protoDuration(Duration d) {
+    return String.format(Locale.ROOT, "%d.%09ds", d.getSeconds(), d.getNano());
+  }
+
+  /**
+   * Builds a {@link XinserveClient}. Defaults: TLS with the JVM's trusted CAs, {@code round_robin}
+   * load balancing, unary deadline 30 s, no stream deadline, keepalive ping every 60 s with a 20 s
+   * timeout (only while calls are open), 32 MiB maximum inbound message, {@link
+   * RetryPolicy#defaults()}.
+   */
+  public static final class Builder {
+    private String target;
+    private ManagedChannelBuilder<?> channelBuilder;
+    private ManagedChannel channel;
+    private boolean plaintext;
+    private byte[] trustPem;
+    private TrustManager trustManager;
+    private byte[] certChainPem;
+    private byte[] privateKeyPem;
+    private KeyManager keyManager;
+    private String authority;
+    private Supplier<String> tokens;
+    private Supplier<Map<String, String>> headers;
+    private Duration unaryDeadline = Duration.ofSeconds(30);
+    private Duration streamDeadline = Duration.ZERO;
+    private Duration keepAliveTime = Duration.ofSeconds(60);
+    private Duration keepAliveTimeout = Duration.ofSeconds(20);
+    private boolean keepAliveWithoutCalls;
+    private int maxInboundMessageSize = 32 * 1024 * 1024;
+    private RetryPolicy retryPolicy = RetryPolicy.defaults();
+    private String loadBalancingPolicy = "round_robin";
+    private final List<ClientInterceptor> interceptors = new ArrayList<>();
+    private Consumer<ManagedChannelBuilder<?>> customizer;
+    private int streamPrefetch = 16;
+    private String userAgent = "xinserve-java";
+
+    private Builder() {}
+
+    /**
+     * The server to call, as a gRPC target URI: {@code dns:///host:port} (all addresses of the
+     * name, balanced by the load-balancing policy), {@code static://}..., or plain {@code
+     * host:port}.
+     *
+     * @param target the target
+     * @return this builder
+     */
+    public Builder target(String target) {
+      this.target = Objects.requireNonNull(target, "target");
+      return this;
+    }
+
+    /**
+     * Shorthand for {@code target("dns:///" + host + ":" + port)}.
+     *
+     * @param host host name or IP literal
+     * @param port TCP port
+     * @return this builder
+     */
+    public Builder address(String host, int port) {
+      String h = host.contains(":") && !host.startsWith("[") ? "[" + host + "]" : host;
+      return target("dns:///" + h + ":" + port);
+    }
+
+    /**
+     * Talks plaintext HTTP/2 (no TLS). Only for loopback or a trusted sidecar: bearer tokens would
+     * travel in clear.
+     *
+     * @return this builder
+     */
+    public Builder plaintext() {
+      this.plaintext = true;
+      return this;
+    }
+
+    /**
+     * Trusts the CA certificate(s) in a PEM file instead of the JVM's default trust store.
+     *
+     * @param caPem PEM file with one or more CA certificates
+     * @return this builder
+     */
+    public Builder trustCertificates(Path caPem) {
+      this.trustPem = read(caPem);
+      this.plaintext = false;
+      return this;
+    }
+
+    /**
+     * Trusts the CA certificate(s) in PEM text.
+     *
+     * @param caPem PEM bytes
+     * @return this builder
+     */
+    public Builder trustCertificates(byte[] caPem) {
+      this.trustPem = caPem.clone();
+      this.plaintext = false;
+      return this;
+    }
+
+    /**
+     * Verifies the server with this trust manager (e.g. from a Spring SSL bundle).
+     *
+     * @param trustManager the trust manager
+     * @return this builder
+     */
+    public Builder trustManager(TrustManager trustManager) {
+      this.trustManager = trustManager;
+      this.plaintext = false;
+      return this;
+    }
+
+    /**
+     * Presents a client certificate (mutual TLS) from PEM files.
+     *
+     * @param certChainPem the client certificate chain (PEM)
+     * @param privateKeyPem its private key (unencrypted PKCS#8 PEM)
+     * @return this builder
+     */
+    public Builder clientCertificate(Path certChainPem, Path privateKeyPem) {
+      this.certChainPem = read(certChainPem);
+      this.privateKeyPem = read(privateKeyPem);
+      this.plaintext = false;
+      return this;
+    }
+
+    /**
+     * Presents a client certificate (mutual TLS) from this key manager.
+     *
+     * @param keyManager the key manager
+     * @return this builder
+     */
+    public Builder keyManager(KeyManager keyManager) {
+      this.keyManager = keyManager;
+      this.plaintext = false;
+      return this;
+    }
+
+    /**
+     * Overrides the authority (TLS server name and {@code :authority}) of the channel.
+     *
+     * @param authority e.g. {@code "xinserve.internal"}
+     * @return this builder
+     */
+    public Builder overrideAuthority(String authority) {
+      this.authority = authority;
+      return this;
+    }
+
+    /**
+     * Sends {@code authorization: Bearer <token>} with a fixed token.
+     *
+     * @param token the token
+     * @return this builder
+     */
+    public Builder bearerToken(String token) {
+      Objects.requireNonNull(token, "token");
+      return bearerToken(() -> token);
+    }
+
+    /**
+     * Sends {@code authorization: Bearer <token>}, asking the supplier for every call (so a
+     * refreshed token is picked up at once). The supplier runs on the channel's executor and may
+     * block briefly; if it throws, the call fails with UNAUTHENTICATED. See {@link BearerTokens}.
+     *
+     * @param tokens the token supplier; {@code null} or blank tokens send no header
+     * @return this builder
+     */
+    public Builder bearerToken(Supplier<String> tokens) {
+      this.tokens = tokens;
+      return this;
+    }
+
+    /**
+     * Extra headers for every call, asked for at the start of each call (e.g. the W3C {@code
+     * traceparent} of the current span). Names are lower-cased; failures of the supplier are
+     * ignored.
+     *
+     * @param headers the supplier
+     * @return this builder
+     */
+    public Builder headers(Supplier<Map<String, String>> headers) {
+      this.headers = headers;
+      return this;
+    }
+
+    /**
+     * Default deadline of unary calls, measured from the start of each call.
+     *
+     * @param deadline the deadline; {@link Duration#ZERO} for none
+     * @return this builder
+     */
+    public Builder unaryDeadline(Duration deadline) {
+      this.unaryDeadline = Objects.requireNonNull(deadline);
+      return this;
+    }
+
+    /**
+     * Default deadline of streaming calls (whole stream). Default none, so long generations are
+     * not cut off; bound them with {@code max_tokens} or set one here.
+     *
+     * @param deadline the deadline; {@link Duration#ZERO} for none
+     * @return this builder
+     */
+    public Builder streamDeadline(Duration deadline) {
+      this.streamDeadline = Objects.requireNonNull(deadline);
+      return this;
+    }
+
+    /**
+     * HTTP/2 keepalive. The server accepts pings from clients every 10 s or more rarely, also
+     * without open calls; pinging more often gets the connection closed (GOAWAY
+     * too_many_pings).
+     *
+     * @param time interval between pings; {@link Duration#ZERO} disables keepalive
+     * @param timeout how long to wait for the ping's answer before closing the connection
+     * @param withoutCalls whether to ping also while no call is open
+     * @return this builder
+     */
+    public Builder keepAlive(Duration time, Duration timeout, boolean withoutCalls) {
+      this.keepAliveTime = Objects.requireNonNull(time);
+      this.keepAliveTimeout = Objects.requireNonNull(timeout);
+      this.keepAliveWithoutCalls = withoutCalls;
+      return this;
+    }
+
+    /**
+     * Largest response message accepted, in bytes (default 32 MiB: 1024 embeddings of 4096 floats
+     * fit with room).
+     *
+     * @param bytes the limit
+     * @return this builder
+     */
+    public Builder maxInboundMessageSize(int bytes) {
+      if (bytes <= 0) {
+        throw new IllegalArgumentException("maxInboundMessageSize must be > 0");
+      }
+      this.maxInboundMessageSize = bytes;
+      return this;
+    }
+
+    /**
+     * Retry policy for UNAVAILABLE; {@link RetryPolicy#none()} disables retries.
+     *
+     * @param policy the policy
+     * @return this builder
+     */
+    public Builder retryPolicy(RetryPolicy policy) {
+      this.retryPolicy = Objects.requireNonNull(policy);
+      return this;
+    }
+
+    /**
+     * gRPC load-balancing policy (default {@code round_robin}; {@code pick_first} for one
+     * connection).
+     *
+     * @param policy the policy name
+     * @return this builder
+     */
+    public Builder loadBalancingPolicy(String policy) {
+      this.loadBalancingPolicy = policy;
+      return this;
+    }
+
+    /**
+     * Adds client interceptors (metrics, logging). The first one added sees the call first.
+     *
+     * @param interceptors the interceptors
+     * @return this builder
+     */
+    public Builder intercept(ClientInterceptor... interceptors) {
+      this.interceptors.addAll(List.of(interceptors));
+      return this;
+    }
+
+    /**
+     * Number of messages a {@link ResponseStream} requests ahead of its reader (flow control).
+     *
+     * @param messages 1..1024, default 16
+     * @return this builder
+     */
+    public Builder streamPrefetch(int messages) {
+      if (messages < 1 || messages > 1024) {
+        throw new IllegalArgumentException("streamPrefetch must be 1..1024");
+      }
+      this.streamPrefetch = messages;
+      return this;
+    }
+
+    /**
+     * User-agent prefix sent to the server.
+     *
+     * @param userAgent the user agent
+     * @return this builder
+     */
+    public Builder userAgent(String userAgent) {
+      this.userAgent = userAgent;
+      return this;
+    }
+
+    /**
+     * Uses this channel builder instead of one made from {@link #target} (e.g. an in-process
+     * channel in tests, or a transport-specific builder). TLS settings of this builder are then
+     * ignored; everything else is applied to it.
+     *
+     * @param builder the channel builder
+     * @return this builder
+     */
+    public Builder channelBuilder(ManagedChannelBuilder<?> builder) {
+      this.channelBuilder = builder;
+      return this;
+    }
+
+    /**
+     * Uses an existing channel, which the client will not shut down. Channel-level settings (TLS,
+     * keepalive, retry, message size) of this builder are ignored.
+     *
+     * @param channel the channel
+     * @return this builder
+     */
+    public Builder channel(ManagedChannel channel) {
+      this.channel = channel;
+      return this;
+    }
+
+    /**
+     * Last word on the channel builder, called after the client applied its settings.
+     *
+     * @param customizer the customizer
+     * @return this builder
+     */
+    public Builder customizeChannel(Consumer<ManagedChannelBuilder<?>> customizer) {
+      this.customizer = customizer;
+      return this;
+    }
+
+    /**
+     * Builds the client. The channel connects lazily, on the first call.
+     *
+     * @return the client
+     * @throws IllegalStateException if no target or channel was given
+     * @throws UncheckedIOException if PEM material cannot be parsed
+     */
+    public XinserveClient build() {
+      ManagedChannel owned = null;
+      Channel base;
+      if (channel != null) {
+        base = channel;
+      } else {
+        ManagedChannelBuilder<?> b = channelBuilder;
+        if (b == null) {
+          if (target == null) {
+            throw new IllegalStateException("target (or channelBuilder/channel) is required");
+          }
+          b = Grpc.newChannelBuilder(target, credentials());
+        }
+        if (authority != null) {
+          b.overrideAuthority(authority);
+        }
+        b.defaultServiceConfig(serviceConfig(loadBalancingPolicy, retryPolicy));
+        if (retryPolicy.enabled()) {
+          b.enableRetry();
+          b.maxRetryAttempts(retryPolicy.maxAttempts());
+        } else {
+          b.disableRetry();
+        }
+        b.maxInboundMessageSize(maxInboundMessageSize);
+        b.maxInboundMetadataSize(64 * 1024);
+        if (userAgent != null) {
+          b.userAgent(userAgent);
+        }
+        if (!keepAliveTime.isZero()) {
+          try {
+            b.keepAliveTime(keepAliveTime.toNanos(), TimeUnit.NANOSECONDS);
+            b.keepAliveTimeout(keepAliveTimeout.toNanos(), TimeUnit.NANOSECONDS);
+            b.keepAliveWithoutCalls(keepAliveWithoutCalls);
+          } catch (UnsupportedOperationException ignored) {
+            // transports without keepalive (in-process)
+          }
+        }
+        if (customizer != null) {
+          customizer.accept(b);
+        }
+        owned = b.build();
+        base = owned;
+      }
+      List<ClientInterceptor> all = new ArrayList<>();
+      all.add(new ClientHeaders.Interceptor(headers));
+      // ClientInterceptors.intercept runs the last one first: reverse the user's order
+      List<ClientInterceptor> user = new ArrayList<>(interceptors);
+      java.util.Collections.reverse(user);
+      all.addAll(user);
+      Channel intercepted = ClientInterceptors.intercept(base, all);
+      return new XinserveClient(
+          owned,
+          intercepted,
+          unaryDeadline,
+          streamDeadline,
+          streamPrefetch,
+          tokens == null ? null : new ClientHeaders.Bearer(tokens));
+    }
+
+    private ChannelCredentials credentials() {
+      if (plaintext) {
+        return InsecureChannelCredentials.create();
+      }
+      try {
+        TlsChannelCredentials.Builder tls = TlsChannelCredentials.newBuilder();
+        if (trustManager != null) {
+          tls.trustManager(trustManager);
+        } else if (trustPem != null) {
+          tls.trustManager(new ByteArrayInputStream(trustPem));
+        }
+        if (keyManager != null) {
+          tls.keyManager(keyManager);
+        } else if (certChainPem != null) {
+          tls.keyManager(
+              new ByteArrayInputStream(certChainPem), new ByteArrayInputStream(privateKeyPem));
+        }
+        return tls.build();
+      } catch (IOException e) {
+        throw new UncheckedIOException("invalid TLS material", e);
+      }
+    }
+
+    private static byte[] read(Path p) {
+      try {
+        return Files.readAllBytes(p);
+      } catch (IOException e) {
+        throw new UncheckedIOException("cannot read " + p, e);
+      }
+    }
+  }
+}

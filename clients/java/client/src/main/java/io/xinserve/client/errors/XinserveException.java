@@ -1,0 +1,79 @@
+package io.xinserve.client.errors;
+
+import io.grpc.Status;
+import java.time.Duration;
+import java.util.Map;
+import java.util.Optional;
+
+/**
+ * Base of every exception the xinserve client throws for a failed call.
+ *
+ * <p>Each instance carries the gRPC {@link Status.Code}, the server's (sanitised) description and
+ * whatever {@code google.rpc} details the server attached: an {@code ErrorInfo} reason and domain,
+ * and a {@code RetryInfo} delay. Subclasses exist for the codes a caller usually handles
+ * differently; any other code is thrown as a plain {@code XinserveException}.
+ *
+ * <p>Unchecked, so it can cross lambdas and reactive operators.
+ */
+public class XinserveException extends RuntimeException {
+  private static final long serialVersionUID = 1L;
+
+  private final transient Status.Code code;
+  private final String reason;
+  private final String domain;
+  private final transient Map<String, String> errorMetadata;
+  private final transient Duration retryDelay;
+
+  /**
+   * Creates an exception from its parts; normally done by {@link XinserveExceptions#from}.
+   *
+   * @param details the status code, message and details of the failed call
+   * @param cause the underlying gRPC exception, may be {@code null}
+   */
+  public XinserveException(ErrorDetails details, Throwable cause) {
+    super(details.code() + (details.message().isEmpty() ? "" : ": " + details.message()), cause);
+    this.code = details.code();
+    this.reason = details.reason();
+    this.domain = details.domain();
+    this.errorMetadata = details.metadata();
+    this.retryDelay = details.retryDelay();
+  }
+
+  /** @return the gRPC status code of the failed call */
+  public Status.Code code() {
+    return code;
+  }
+
+  /** @return {@code ErrorInfo.reason} sent by the server (e.g. {@code "MODEL_NOT_FOUND"}), if any */
+  public Optional<String> reason() {
+    return Optional.ofNullable(reason);
+  }
+
+  /** @return {@code ErrorInfo.domain} sent by the server, if any */
+  public Optional<String> domain() {
+    return Optional.ofNullable(domain);
+  }
+
+  /** @return {@code ErrorInfo.metadata} sent by the server; empty if none */
+  public Map<String, String> errorMetadata() {
+    return errorMetadata == null ? Map.of() : errorMetadata;
+  }
+
+  /**
+   * @return how long the server asks the caller to wait before trying again ({@code
+   *     google.rpc.RetryInfo}), if it said
+   */
+  public Optional<Duration> retryDelay() {
+    return Optional.ofNullable(retryDelay);
+  }
+
+  /**
+   * @return {@code true} if trying the same call again later may succeed (UNAVAILABLE,
+   *     RESOURCE_EXHAUSTED, or any status that came with a RetryInfo)
+   */
+  public boolean isRetryable() {
+    return retryDelay != null
+        || code == Status.Code.UNAVAILABLE
+        || code == Status.Code.RESOURCE_EXHAUSTED;
+  }
+}
