@@ -105,7 +105,7 @@ def _check_algorithm(alg: Any) -> None:
 
 def parse_der_signature(signature: bytes) -> tuple[int, int]:
     """Strictly parse a DER SM2 signature into (r, s); raise :class:`InvalidSignature` otherwise."""
-    if not isinstance(signature, bytes | bytearray) or len(signature) < 8 or len(signature) > 72:
+    if not isinstance(signature, bytes | bytearray) or len(signature) < 8 or len(signature) > 129:
         raise InvalidSignature("signature is not DER SEQUENCE { r, s }")
     sig = bytes(signature)
     if sig[0] != 0x30 or sig[1] >= 0x80 or sig[1] + 2 != len(sig):
