@@ -1,9 +1,9 @@
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
+from trust_testutil import make_model
 
 from trust.sm2 import Sm2PrivateKey
 from trust.trust_store import TrustStore
@@ -22,19 +22,6 @@ def other_key() -> Sm2PrivateKey:
 @pytest.fixture(scope="session")
 def store(key: Sm2PrivateKey) -> TrustStore:
     return TrustStore.from_keys([key.public_key()])
-
-
-def make_model(root: Path) -> Path:
-    """A small model-like directory: nested files, an empty file, a non-ASCII name."""
-    root.mkdir(parents=True, exist_ok=True)
-    (root / "config.json").write_text('{"architectures": ["LlamaForCausalLM"]}')
-    (root / "tokenizer.json").write_text('{"model": {}}')
-    (root / "model-00001-of-00002.safetensors").write_bytes(os.urandom(300_000))
-    (root / "model-00002-of-00002.safetensors").write_bytes(os.urandom(200_000))
-    (root / "sub").mkdir(exist_ok=True)
-    (root / "sub" / "empty.txt").write_bytes(b"")
-    (root / "sub" / "说明.md").write_text("模型说明")
-    return root
 
 
 @pytest.fixture
