@@ -1,0 +1,138 @@
+package io.xinserve.spring.boot;
+
+import io.grpc.CallOptions;
+import io.grpc.Channel;
+import io.grpc.ClientCall;
+import io.grpc.ClientInterceptor;
+import io.grpc.ForwardingClientCall;
+import io.grpc.ForwardingClientCallListener;
+import io.grpc.Metadata;
+import io.grpc.MethodDescriptor;
+import io.grpc.Status;
+import io.micrometer.core.instrument.Counter;
+import io.micrometer.core.instrument.DistributionSummary;
+import io.micrometer.core.instrument.MeterRegistry;
+import io.micrometer.core.instrument.Timer;
+import io.xinserve.v1.ChatResponse;
+import io.xinserve.v1.ChatStreamResponse;
+import io.xinserve.v1.GenerateResponse;
+import io.xinserve.v1.GenerateStreamResponse;
+import java.util.concurrent.TimeUnit;
+
+/**
+ * Records Micrometer meters for every call of one client. Meters (tags {@code client}, {@code
+ * method}):
+ *
+ * <ul>
+ *   <li>{@code xinserve.client.calls} timer, also tagged {@code status} (gRPC code): calls by
+ *       method and status, and their duration;
+ *   <li>{@code xinserve.client.time.to.first.token} timer, streams only: time from the call's start
+ *       to its first message;
+ *   <li>{@code xinserve.client.tokens} counter: generated tokens received;
+ *   <li>{@code xinserve.client.tokens.per.second} summary, streams only: generated tokens / the
+ *       stream's duration in seconds;
+ *   <li>{@code xinserve.client.cancellations} counter: calls ended with CANCELLED.
+ * </ul>
+ */
+public class XinserveMetricsInterceptor implements ClientInterceptor {
+  private final MeterRegistry registry;
+  private final String client;
+
+  /**
+   * @param registry where meters go
+   * @param client the client name used as the {@code client} tag
+   */
+  public XinserveMetricsInterceptor(MeterRegistry registry, String client) {
+    this.registry = registry;
+    this.client = client;
+  }
+
+  @Override
+  public <Q, R> ClientCall<Q, R> interceptCall(
+      MethodDescriptor<Q, R> method, CallOptions callOptions, Channel next) {
+    String name = method.getServiceName() + "/" + method.getBareMethodName();
+    boolean streaming = method.getType() == MethodDescriptor.MethodType.SERVER_STREAMING;
+    return new ForwardingClientCall.SimpleForwardingClientCall<>(next.newCall(method, callOptions)) {
+      @Override
+      public void start(Listener<R> listener, Metadata headers) {
+        long start = System.nanoTime();
+        super.start(
+            new ForwardingClientCallListener.SimpleForwardingClientCallListener<>(listener) {
+              private long first;
+              private long tokens;
+
+              @Override
+              public void onMessage(R message) {
+                if (first == 0) {
+                  first = System.nanoTime();
+                  if (streaming) {
+                    Timer.builder("xinserve.client.time.to.first.token")
+                        .description("Time from the start of a stream to its first message")
+                        .tags("client", client, "method", name)
+                        .register(registry)
+                        .record(first - start, TimeUnit.NANOSECONDS);
+                  }
+                }
+                tokens += tokens(message);
+                super.onMessage(message);
+              }
+
+              @Override
+              public void onClose(Status status, Metadata trailers) {
+                long end = System.nanoTime();
+                try {
+                  Timer.builder("xinserve.client.calls")
+                      .description("xinserve calls by method and status")
+                      .tags("client", client, "method", name, "status", status.getCode().name())
+                      .register(registry)
+                      .record(end - start, TimeUnit.NANOSECONDS);
+                  if (tokens > 0) {
+                    Counter.builder("xinserve.client.tokens")
+                        .description("Generated tokens received")
+                        .baseUnit("tokens")
+                        .tags("client", client, "method", name)
+                        .register(registry)
+                        .increment(tokens);
+                    if (streaming && end > start) {
+                      DistributionSummary.builder("xinserve.client.tokens.per.second")
+                          .description("Generated tokens per second of a stream")
+                          .baseUnit("tokens/s")
+                          .tags("client", client, "method", name)
+                          .register(registry)
+                          .record(tokens / ((end - start) / 1e9));
+                    }
+                  }
+                  if (status.getCode() == Status.Code.CANCELLED) {
+                    Counter.builder("xinserve.client.cancellations")
+                        .description("Calls ended by cancellation")
+                        .tags("client", client, "method", name)
+                        .register(registry)
+                        .increment();
+                  }
+                } catch (RuntimeException ignored) {
+                  // metrics never break a call
+                }
+                super.onClose(status, trailers);
+              }
+            },
+            headers);
+      }
+    };
+  }
+
+  private static long tokens(Object message) {
+    if (message instanceof GenerateStreamResponse g) {
+      return g.getTokenIdsCount();
+    }
+    if (message instanceof ChatStreamResponse c) {
+      return c.getTokenIdsCount();
+    }
+    if (message instanceof GenerateResponse g) {
+      return g.getUsage().getCompletionTokens();
+    }
+    if (message instanceof ChatResponse c) {
+      return c.getUsage().getCompletionTokens();
+    }
+    return 0;
+  }
+}
