@@ -97,7 +97,7 @@ def main() -> int:
         )
         load = os.getloadavg()
         print(
-            f"load average before/after: {load_before[0]:.2f} / {load[0]:.2f} (other work on the machine skews this)"
+            f"load average before/after: {load_before[0]:.2f} / {load[0]:.2f} (other load skews it)"
         )
         print(f"data: {len(files)} files, {total / MB:.0f} MB, page cache warm, best of {args.repeat}")
         print(f"xinserve verify (threads={args.jobs or os.cpu_count()}): {total / MB / best_ours:8.1f} MB/s")
