@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat as _stat
 import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -25,7 +26,14 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from trust.dsse import INTOTO_PAYLOAD_TYPE, parse_envelope, sign_envelope, strict_json, verify_envelope
+from trust.dsse import (
+    INTOTO_PAYLOAD_TYPE,
+    MAX_ENVELOPE_SIZE,
+    parse_envelope,
+    sign_envelope,
+    strict_json,
+    verify_envelope,
+)
 from trust.errors import Reason, SigningError, VerificationError
 from trust.manifest import (
     DiskFile,
@@ -141,10 +149,10 @@ def _read_envelope(root: Path) -> bytes:
         raise VerificationError(Reason.UNSIGNED, f"no {SIGNATURE_FILENAME} in {root}") from None
     except OSError as e:
         raise VerificationError(Reason.IO_ERROR, f"cannot stat {path}: {e.strerror}") from None
-    import stat as _stat
-
-    if not _stat.S_ISREG(st.st_mode):
-        raise VerificationError(Reason.MALFORMED_ENVELOPE, f"{SIGNATURE_FILENAME} is not a regular file")
+    if not _stat.S_ISREG(st.st_mode) or st.st_size > MAX_ENVELOPE_SIZE:
+        raise VerificationError(
+            Reason.MALFORMED_ENVELOPE, f"{SIGNATURE_FILENAME} is not a regular file of sane size"
+        )
     try:
         return path.read_bytes()
     except OSError as e:
