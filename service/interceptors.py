@@ -1,0 +1,229 @@
+"""The call pipeline for xinserve's own services, as one grpc.aio server interceptor.
+
+Steps, in the order of ARCHITECTURE.md's request path:
+request id (``x-request-id``) and W3C trace context (``traceparent``) → authentication
+(mTLS subject or bearer token → principal) → authorization (role per service) →
+[audit begin: added by the audit issue] → drain check → admission control (inference
+calls only). Around the servicer it maps errors to gRPC status (``RpcError``; engine
+errors; anything unexpected becomes INTERNAL without its text) and records metrics and
+one structured log line per call. Health and reflection calls bypass it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AsyncExitStack
+from typing import Any
+
+import grpc
+import structlog
+
+from engine_backends.errors import EngineError
+from service import metrics
+from service.auth import AuthenticationFailed, Authenticator
+from service.call_context import CallInfo, current_call
+from service.logs import get_logger
+from service.runtime import Runtime
+from service.status import RpcError, from_engine_error
+
+log = get_logger("xinserve.call")
+
+_OWN_PREFIX = "/xinserve.v1."
+_TRACEPARENT = re.compile(r"^[0-9a-f]{2}-([0-9a-f]{32})-[0-9a-f]{16}-[0-9a-f]{2}$")
+_REQUEST_ID = re.compile(r"^[\x21-\x7e]{1,128}$")
+# Roles allowed per service; "*" = any authenticated (or anonymous, if auth is optional) caller.
+_ROLES: dict[str, frozenset[str]] = {
+    "xinserve.v1.InferenceService": frozenset({"user", "admin"}),
+    "xinserve.v1.ModelService": frozenset({"user", "admin", "auditor"}),
+    "xinserve.v1.ServerService": frozenset({"user", "admin", "auditor"}),
+}
+_ADMITTED = frozenset(
+    {
+        "/xinserve.v1.InferenceService/Generate",
+        "/xinserve.v1.InferenceService/GenerateStream",
+        "/xinserve.v1.InferenceService/Chat",
+        "/xinserve.v1.InferenceService/ChatStream",
+        "/xinserve.v1.InferenceService/Embed",
+    }
+)
+
+
+def _metadata(context: grpc.aio.ServicerContext) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in context.invocation_metadata() or ():
+        key, value = item
+        if isinstance(value, str) and key not in out:
+            out[key] = value
+    return out
+
+
+def trace_id_from(traceparent: str | None) -> str | None:
+    """The trace id of a W3C ``traceparent`` header, or None if absent or malformed."""
+    if not traceparent:
+        return None
+    m = _TRACEPARENT.match(traceparent.strip().lower())
+    if not m or m.group(1) == "0" * 32:
+        return None
+    return m.group(1)
+
+
+class CallPipeline(grpc.aio.ServerInterceptor):
+    """Wraps every xinserve.v1 handler with the pipeline steps above."""
+
+    def __init__(self, runtime: Runtime, authenticator: Authenticator) -> None:
+        self._runtime = runtime
+        self._auth = authenticator
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler:
+        handler = await continuation(handler_call_details)
+        method = handler_call_details.method
+        if handler is None or not method.startswith(_OWN_PREFIX):
+            return handler
+        if handler.unary_unary is not None:
+            return grpc.unary_unary_rpc_method_handler(
+                self._wrap_unary(method, handler.unary_unary),
+                request_deserializer=handler.request_deserializer,
+                response_serializer=handler.response_serializer,
+            )
+        if handler.unary_stream is not None:
+            return grpc.unary_stream_rpc_method_handler(
+                self._wrap_stream(method, handler.unary_stream),
+                request_deserializer=handler.request_deserializer,
+                response_serializer=handler.response_serializer,
+            )
+        return handler
+
+    # -- steps -------------------------------------------------------------------------
+
+    async def _enter(self, method: str, context: grpc.aio.ServicerContext, stack: AsyncExitStack) -> CallInfo:
+        md = _metadata(context)
+        rid = md.get("x-request-id")
+        info = CallInfo(
+            method=method,
+            peer=context.peer() or "",
+            request_id=rid if rid and _REQUEST_ID.match(rid) else None,
+            trace_id=trace_id_from(md.get("traceparent")),
+        )
+        current_call.set(info)
+        structlog.contextvars.bind_contextvars(request_id=info.request_id, trace_id=info.trace_id)
+        try:
+            auth_context = {k: list(v) for k, v in (context.auth_context() or {}).items()}
+            info.principal = self._auth.authenticate(md.get("authorization"), auth_context)
+        except AuthenticationFailed as exc:
+            raise RpcError(grpc.StatusCode.UNAUTHENTICATED, str(exc), "UNAUTHENTICATED") from None
+        service = method[1:].split("/", 1)[0]
+        allowed = _ROLES.get(service, frozenset())
+        if info.principal.auth_method != "anonymous" and not (info.principal.roles & allowed):
+            raise RpcError(
+                grpc.StatusCode.PERMISSION_DENIED,
+                f"principal lacks a role for {service} (needs one of {', '.join(sorted(allowed))})",
+                "PERMISSION_DENIED",
+            )
+        if method in _ADMITTED:
+            if self._runtime.draining:
+                raise RpcError(
+                    grpc.StatusCode.UNAVAILABLE,
+                    "server is draining; retry on another replica",
+                    "DRAINING",
+                    retry_after_s=1.0,
+                )
+            await stack.enter_async_context(self._runtime.admission.admit())
+        metrics.IN_FLIGHT.set(self._runtime.admission.in_flight)
+        metrics.QUEUE_LENGTH.set(self._runtime.admission.queued)
+        return info
+
+    def _finish(self, info: CallInfo, code: grpc.StatusCode, message: str | None = None) -> None:
+        info.code = code.name
+        elapsed = time.monotonic() - info.started
+        short = info.method.rsplit("/", 1)[-1]
+        metrics.REQUESTS.labels(short, code.name).inc()
+        metrics.REQUEST_DURATION.labels(short).observe(elapsed)
+        metrics.IN_FLIGHT.set(self._runtime.admission.in_flight)
+        metrics.QUEUE_LENGTH.set(self._runtime.admission.queued)
+        log.info(
+            "rpc",
+            method=short,
+            code=code.name,
+            duration_ms=round(elapsed * 1000, 2),
+            principal=info.principal.name,
+            auth=info.principal.auth_method,
+            peer=info.peer,
+            model=info.model,
+            request_id=info.request_id,
+            prompt_tokens=info.prompt_tokens,
+            completion_tokens=info.completion_tokens,
+            **({"error": message} if message else {}),
+        )
+        structlog.contextvars.clear_contextvars()
+
+    @staticmethod
+    def _to_rpc_error(exc: BaseException, info: CallInfo) -> RpcError:
+        if isinstance(exc, RpcError):
+            return exc
+        if isinstance(exc, EngineError):
+            return from_engine_error(exc)
+        tb = exc.__traceback__
+        while tb is not None and tb.tb_next is not None:
+            tb = tb.tb_next
+        where = f"{tb.tb_frame.f_code.co_filename.rsplit('/', 1)[-1]}:{tb.tb_lineno}" if tb else "?"
+        # Type and place only: exception text may carry prompt content.
+        log.error("unexpected_error", method=info.method, error=type(exc).__name__, where=where)
+        return RpcError(grpc.StatusCode.INTERNAL, "internal error", "INTERNAL")
+
+    @staticmethod
+    def _cancel_code(context: grpc.aio.ServicerContext) -> grpc.StatusCode:
+        remaining = context.time_remaining()
+        if remaining is not None and remaining <= 0:
+            return grpc.StatusCode.DEADLINE_EXCEEDED
+        return grpc.StatusCode.CANCELLED
+
+    def _wrap_unary(self, method: str, behavior: Callable[..., Awaitable[Any]]):
+        async def wrapped(request: Any, context: grpc.aio.ServicerContext) -> Any:
+            info: CallInfo | None = None
+            async with AsyncExitStack() as stack:
+                try:
+                    info = await self._enter(method, context, stack)
+                    response = await behavior(request, context)
+                except asyncio.CancelledError:
+                    self._finish(info or CallInfo(method, "", None, None), self._cancel_code(context))
+                    raise
+                except Exception as exc:
+                    info = info or current_call.get() or CallInfo(method, "", None, None)
+                    err = self._to_rpc_error(exc, info)
+                    self._finish(info, err.code, err.message if err.code != grpc.StatusCode.INTERNAL else None)
+                    await stack.aclose()
+                    await err.abort(context)
+                    raise AssertionError("unreachable") from None  # abort raises
+                self._finish(info, grpc.StatusCode.OK)
+                return response
+
+        return wrapped
+
+    def _wrap_stream(self, method: str, behavior: Callable[..., AsyncIterator[Any]]):
+        async def wrapped(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+            info: CallInfo | None = None
+            async with AsyncExitStack() as stack:
+                try:
+                    info = await self._enter(method, context, stack)
+                    async for item in behavior(request, context):
+                        yield item
+                except (asyncio.CancelledError, GeneratorExit):
+                    self._finish(info or CallInfo(method, "", None, None), self._cancel_code(context))
+                    raise
+                except Exception as exc:
+                    info = info or current_call.get() or CallInfo(method, "", None, None)
+                    err = self._to_rpc_error(exc, info)
+                    self._finish(info, err.code, err.message if err.code != grpc.StatusCode.INTERNAL else None)
+                    await stack.aclose()
+                    await err.abort(context)
+                    raise AssertionError("unreachable") from None
+                self._finish(info, grpc.StatusCode.OK)
+
+        return wrapped

@@ -1,0 +1,42 @@
+"""Logging with structlog: JSON lines when stderr is not a terminal, key-value otherwise.
+
+Request id and trace id are bound per call through ``structlog.contextvars``. Never log
+prompt text, generated text, tokens, keys or secrets: log sizes, ids and codes.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+
+import structlog
+
+
+def configure(log_format: str = "auto", level: str = "info") -> None:
+    """Configure structlog and the stdlib root logger (which vLLM's loggers propagate to)."""
+    json_output = log_format == "json" or (log_format == "auto" and not sys.stderr.isatty())
+    numeric = getattr(logging, level.upper(), logging.INFO)
+    renderer: structlog.types.Processor = (
+        structlog.processors.JSONRenderer() if json_output else structlog.dev.ConsoleRenderer(colors=False)
+    )
+    structlog.configure(
+        processors=[
+            structlog.contextvars.merge_contextvars,
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            renderer,
+        ],
+        wrapper_class=structlog.make_filtering_bound_logger(numeric),
+        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        cache_logger_on_first_use=True,
+    )
+    logging.basicConfig(
+        level=max(numeric, logging.WARNING), stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s"
+    )
+    # vLLM logs through its own handler; keep it to warnings unless asked otherwise.
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+
+
+def get_logger(name: str) -> structlog.stdlib.BoundLogger:
+    return structlog.get_logger(name)

@@ -1,0 +1,32 @@
+"""Prometheus metrics (names with units, per the Prometheus naming guide)."""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Gauge, Histogram
+
+_LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
+_TOKEN_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5)
+
+REQUESTS = Counter("xinserve_requests", "RPCs handled, by method and gRPC status code.", ["method", "code"])
+REQUEST_DURATION = Histogram(
+    "xinserve_request_duration_seconds", "RPC duration, by method.", ["method"], buckets=_LATENCY_BUCKETS
+)
+TIME_TO_FIRST_TOKEN = Histogram(
+    "xinserve_time_to_first_token_seconds",
+    "From call start to the first generated token, by model.",
+    ["model"],
+    buckets=_LATENCY_BUCKETS,
+)
+INTER_TOKEN_LATENCY = Histogram(
+    "xinserve_inter_token_latency_seconds",
+    "Time between streamed token deltas, by model.",
+    ["model"],
+    buckets=_TOKEN_BUCKETS,
+)
+PROMPT_TOKENS = Counter("xinserve_prompt_tokens", "Prompt tokens processed, by model.", ["model"])
+GENERATION_TOKENS = Counter("xinserve_generation_tokens", "Tokens generated, by model.", ["model"])
+IN_FLIGHT = Gauge("xinserve_in_flight_requests", "Inference calls admitted and running.")
+QUEUE_LENGTH = Gauge("xinserve_queue_length", "Inference calls waiting for admission.")
+ENGINE_RUNNING = Gauge("xinserve_engine_running_requests", "Requests running in the engine, by model.", ["model"])
+ENGINE_WAITING = Gauge("xinserve_engine_waiting_requests", "Requests queued in the engine, by model.", ["model"])
+KV_CACHE_USAGE = Gauge("xinserve_kv_cache_usage_ratio", "Fraction of the KV cache in use, by model.", ["model"])

@@ -1,0 +1,182 @@
+"""The server's shared state: models and their engines, admission, serving status.
+
+One ``Runtime`` per process; several gRPC front ends (listeners) may share it. Health
+statuses are pushed to every registered ``grpc.health.v1`` servicer on each transition
+(starting → serving → draining), which is what makes ``Watch`` real.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+from grpc_health.v1 import health_pb2
+from grpc_health.v1.health import aio as health_aio
+
+from engine_backends.errors import EngineError
+from engine_backends.protocol import Engine, ModelKind
+from service.admission import Admission
+from service.config import Settings
+from service.logs import get_logger
+from service.status import RpcError, not_found
+
+log = get_logger(__name__)
+
+INFERENCE_SERVICE = "xinserve.v1.InferenceService"
+OVERALL = ""
+
+
+def model_health_name(model: str) -> str:
+    """Health service name of one model: ``xinserve.v1.InferenceService/<model>``."""
+    return f"{INFERENCE_SERVICE}/{model}"
+
+
+class ModelState(enum.Enum):
+    LOADING = "loading"
+    READY = "ready"
+    FAILED = "failed"
+
+
+class Verification(enum.Enum):
+    NOT_CHECKED = "not_checked"
+    VERIFIED = "verified"
+    UNSIGNED_ALLOWED = "unsigned_allowed"
+    FAILED = "failed"
+
+
+@dataclass
+class ModelEntry:
+    """A configured model and where it is in its life."""
+
+    name: str
+    kind: ModelKind
+    path: Path
+    engine: Engine | None = None
+    state: ModelState = ModelState.LOADING
+    state_reason: str = ""
+    verification: Verification = Verification.NOT_CHECKED
+    verification_detail: str = ""
+    manifest_digest: str = ""
+
+
+class Runtime:
+    """Shared server state. All methods run on the event loop."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.models: dict[str, ModelEntry] = {}
+        self.admission = Admission(
+            settings.admission.max_in_flight,
+            settings.admission.max_queue,
+            settings.admission.retry_after_ms / 1000,
+        )
+        self.draining = False
+        self.active_requests: dict[str, Engine] = {}
+        self._health: list[health_aio.HealthServicer] = []
+        self._status: dict[str, int] = {
+            OVERALL: health_pb2.HealthCheckResponse.NOT_SERVING,
+            INFERENCE_SERVICE: health_pb2.HealthCheckResponse.NOT_SERVING,
+        }
+        self.stopped = asyncio.Event()
+
+    # -- health ------------------------------------------------------------------------
+
+    async def attach_health(self, servicer: health_aio.HealthServicer) -> None:
+        self._health.append(servicer)
+        for name, status in self._status.items():
+            await servicer.set(name, status)
+
+    async def _set(self, name: str, status: int) -> None:
+        self._status[name] = status
+        for servicer in self._health:
+            await servicer.set(name, status)
+
+    async def set_serving(self, serving: bool) -> None:
+        status = health_pb2.HealthCheckResponse.SERVING if serving else health_pb2.HealthCheckResponse.NOT_SERVING
+        await self._set(OVERALL, status)
+        await self._set(INFERENCE_SERVICE, status)
+
+    # -- models ------------------------------------------------------------------------
+
+    def add_model(self, entry: ModelEntry) -> None:
+        self.models[entry.name] = entry
+
+    async def mark(self, entry: ModelEntry, state: ModelState, reason: str = "") -> None:
+        entry.state = state
+        entry.state_reason = reason
+        status = (
+            health_pb2.HealthCheckResponse.SERVING
+            if state is ModelState.READY
+            else health_pb2.HealthCheckResponse.NOT_SERVING
+        )
+        await self._set(model_health_name(entry.name), status)
+
+    async def load_model(self, entry: ModelEntry) -> None:
+        """Start the entry's engine; on failure the model is FAILED with a short reason."""
+        assert entry.engine is not None
+        await self.mark(entry, ModelState.LOADING)
+        try:
+            await entry.engine.start()
+        except EngineError as exc:
+            log.error("model_load_failed", model=entry.name, reason=str(exc))
+            await self.mark(entry, ModelState.FAILED, str(exc))
+            return
+        log.info("model_loaded", model=entry.name, kind=entry.kind)
+        await self.mark(entry, ModelState.READY)
+
+    def engine_for(self, name: str, kind: ModelKind | None = None) -> Engine:
+        """The ready engine serving ``name``.
+
+        Raises:
+            RpcError: NOT_FOUND (unknown), UNAVAILABLE (loading or draining),
+                FAILED_PRECONDITION (failed, refused, or the wrong kind for the call).
+        """
+        entry = self.models.get(name)
+        if entry is None:
+            raise not_found("model", name, "MODEL_NOT_FOUND")
+        if entry.state is ModelState.LOADING:
+            raise RpcError(
+                grpc.StatusCode.UNAVAILABLE, f"model {name!r} is loading", "MODEL_LOADING", retry_after_s=5.0
+            )
+        if entry.state is ModelState.FAILED or entry.engine is None:
+            raise RpcError(
+                grpc.StatusCode.FAILED_PRECONDITION,
+                f"model {name!r} cannot be served: {entry.state_reason or 'not loaded'}",
+                "MODEL_NOT_SERVABLE",
+            )
+        if kind is not None and entry.kind != kind:
+            what = "an embedding" if entry.kind == "embed" else "a generative"
+            raise RpcError(
+                grpc.StatusCode.FAILED_PRECONDITION,
+                f"model {name!r} is {what} model and cannot serve this call",
+                "WRONG_MODEL_KIND",
+            )
+        return entry.engine
+
+    def ready_engines(self) -> list[tuple[str, Engine]]:
+        return [
+            (name, e.engine) for name, e in self.models.items() if e.state is ModelState.READY and e.engine is not None
+        ]
+
+    async def start_drain(self) -> None:
+        """Health NOT_SERVING everywhere; new inference calls get UNAVAILABLE."""
+        self.draining = True
+        await self.set_serving(False)
+        for name in self.models:
+            await self._set(model_health_name(name), health_pb2.HealthCheckResponse.NOT_SERVING)
+
+    async def shutdown_engines(self) -> None:
+        """Stop every engine, in parallel (each takes seconds to stop its processes)."""
+
+        async def stop(entry: ModelEntry) -> None:
+            if entry.engine is None:
+                return
+            try:
+                await entry.engine.shutdown()
+            except Exception as exc:  # shutting down: log and go on with the others
+                log.warning("engine_shutdown_failed", model=entry.name, error=type(exc).__name__)
+
+        await asyncio.gather(*(stop(e) for e in self.models.values()))

@@ -1,0 +1,80 @@
+"""``xinserve.v1.ServerService``: versions, capabilities and load."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import platform
+
+from service import metrics
+from service.runtime import Runtime
+from service.status import not_found
+from xinserve.v1 import server_pb2, server_pb2_grpc
+
+# Revision of the xinserve.v1 contract implemented here; bump on every additive change.
+SCHEMA_REVISION = 1
+# Oldest client revision still served correctly.
+MIN_CLIENT_REVISION = 1
+
+
+def server_version() -> str:
+    try:
+        return importlib.metadata.version("xinserve")
+    except importlib.metadata.PackageNotFoundError:
+        return "0+unknown"
+
+
+class ServerServicer(server_pb2_grpc.ServerServiceServicer):
+    def __init__(self, runtime: Runtime, device: str) -> None:
+        self._rt = runtime
+        self._device = device
+
+    async def GetServerInfo(self, request, context):
+        ready = self._rt.ready_engines()
+        infos = [engine.info for _, engine in ready]
+        limits = self._rt.settings.limits
+        caps = server_pb2.Capabilities(
+            structured_output_modes=[
+                server_pb2.STRUCTURED_OUTPUT_MODE_JSON_SCHEMA,
+                server_pb2.STRUCTURED_OUTPUT_MODE_REGEX,
+                server_pb2.STRUCTURED_OUTPUT_MODE_CHOICE,
+                server_pb2.STRUCTURED_OUTPUT_MODE_GRAMMAR,
+                server_pb2.STRUCTURED_OUTPUT_MODE_JSON_OBJECT,
+            ],
+            max_logprobs=min((i.max_logprobs for i in infos), default=0),
+            lora=any(i.lora_adapters for i in infos),
+            prefix_caching=any(i.prefix_caching for i in infos),
+            max_n=limits.max_n,
+            max_stop_sequences=limits.max_stop_sequences,
+            max_embed_inputs=limits.max_embed_inputs,
+        )
+        name = platform.processor() or platform.machine() if self._device == "cpu" else ""
+        return server_pb2.GetServerInfoResponse(
+            server_version=server_version(),
+            schema_revision=SCHEMA_REVISION,
+            min_client_revision=MIN_CLIENT_REVISION,
+            backend="vllm",
+            backend_version=infos[0].backend_version if infos else "",
+            devices=[server_pb2.Device(kind=self._device, index=0, name=name)],
+            capabilities=caps,
+        )
+
+    async def GetLoad(self, request, context):
+        engines = self._rt.ready_engines()
+        if request.model:
+            engines = [(n, e) for n, e in engines if n == request.model]
+            if not engines and request.model not in self._rt.models:
+                raise not_found("model", request.model, "MODEL_NOT_FOUND")
+        running = waiting = 0
+        usage = 0.0
+        for name, engine in engines:
+            load = engine.load()
+            running += load.running
+            waiting += load.waiting
+            usage = max(usage, load.kv_cache_usage)
+            metrics.ENGINE_RUNNING.labels(name).set(load.running)
+            metrics.ENGINE_WAITING.labels(name).set(load.waiting)
+            metrics.KV_CACHE_USAGE.labels(name).set(load.kv_cache_usage)
+        adm = self._rt.admission
+        return server_pb2.GetLoadResponse(
+            running=running, waiting=waiting, kv_cache_usage=usage, in_flight=adm.in_flight, queued=adm.queued
+        )

@@ -1,0 +1,113 @@
+"""gRPC status errors with ``google.rpc`` details (grpcio-status), and the mapping from
+engine errors to status codes.
+
+Every error a servicer reports goes through ``RpcError.abort``: a status code, a message
+that is safe to show (never exception text or a stack), and details: ``ErrorInfo``
+(reason + domain ``xinserve.io``), plus ``BadRequest`` field violations or ``RetryInfo``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import grpc
+from google.protobuf import any_pb2, duration_pb2
+from google.rpc import code_pb2, error_details_pb2, status_pb2
+from grpc_status import rpc_status
+
+from engine_backends.errors import (
+    EngineError,
+    EngineFailureError,
+    EngineUnavailableError,
+    InvalidRequestError,
+    UnknownLoraError,
+)
+
+DOMAIN = "xinserve.io"
+
+
+@dataclass(frozen=True)
+class FieldViolation:
+    """One bad request field: its path in the request (``sampling_params.top_p``) and why."""
+
+    field: str
+    description: str
+
+
+@dataclass
+class RpcError(Exception):
+    """A gRPC status to return to the client.
+
+    Attributes:
+        code: the gRPC status code.
+        message: a message safe for the client.
+        reason: ``ErrorInfo.reason``, UPPER_SNAKE_CASE (e.g. ``INVALID_SAMPLING_PARAMS``).
+        violations: ``BadRequest`` field violations (INVALID_ARGUMENT).
+        retry_after_s: ``RetryInfo.retry_delay`` in seconds (RESOURCE_EXHAUSTED, UNAVAILABLE).
+        metadata: extra ``ErrorInfo.metadata``.
+    """
+
+    code: grpc.StatusCode
+    message: str
+    reason: str
+    violations: Sequence[FieldViolation] = ()
+    retry_after_s: float | None = None
+    metadata: dict[str, str] = field(default_factory=dict)
+
+    def __str__(self) -> str:
+        return f"{self.code.name}: {self.message}"
+
+    def to_status(self) -> grpc.Status:
+        details: list[any_pb2.Any] = []
+        info = error_details_pb2.ErrorInfo(reason=self.reason, domain=DOMAIN, metadata=self.metadata)
+        packed = any_pb2.Any()
+        packed.Pack(info)
+        details.append(packed)
+        if self.violations:
+            bad = error_details_pb2.BadRequest(
+                field_violations=[
+                    error_details_pb2.BadRequest.FieldViolation(field=v.field, description=v.description)
+                    for v in self.violations
+                ]
+            )
+            packed = any_pb2.Any()
+            packed.Pack(bad)
+            details.append(packed)
+        if self.retry_after_s is not None:
+            delay = duration_pb2.Duration()
+            delay.FromMilliseconds(int(self.retry_after_s * 1000))
+            packed = any_pb2.Any()
+            packed.Pack(error_details_pb2.RetryInfo(retry_delay=delay))
+            details.append(packed)
+        proto = status_pb2.Status(code=getattr(code_pb2, self.code.name), message=self.message, details=details)
+        return rpc_status.to_status(proto)
+
+    async def abort(self, context: grpc.aio.ServicerContext) -> None:
+        """End the call with this status (raises, as ``context.abort_with_status`` does)."""
+        await context.abort_with_status(self.to_status())
+
+
+def invalid_argument(violations: Sequence[FieldViolation], reason: str = "INVALID_ARGUMENT") -> RpcError:
+    """INVALID_ARGUMENT naming every violation in the message and in BadRequest."""
+    summary = "; ".join(f"{v.field}: {v.description}" for v in violations[:5])
+    if len(violations) > 5:
+        summary += f"; and {len(violations) - 5} more"
+    return RpcError(grpc.StatusCode.INVALID_ARGUMENT, f"invalid request: {summary}", reason, violations)
+
+
+def not_found(what: str, name: str, reason: str) -> RpcError:
+    return RpcError(grpc.StatusCode.NOT_FOUND, f"{what} {name!r} not found", reason, metadata={what: name[:128]})
+
+
+def from_engine_error(exc: EngineError) -> RpcError:
+    """Map an engine error to its status. Engine error messages are client-safe by contract."""
+    if isinstance(exc, InvalidRequestError):
+        return invalid_argument([FieldViolation(exc.field, exc.description)])
+    if isinstance(exc, UnknownLoraError):
+        return RpcError(grpc.StatusCode.NOT_FOUND, str(exc), "LORA_NOT_FOUND")
+    if isinstance(exc, EngineUnavailableError):
+        return RpcError(grpc.StatusCode.UNAVAILABLE, str(exc), "ENGINE_UNAVAILABLE", retry_after_s=1.0)
+    if isinstance(exc, EngineFailureError):
+        return RpcError(grpc.StatusCode.INTERNAL, "the engine failed this request", "ENGINE_FAILURE")
+    return RpcError(grpc.StatusCode.INTERNAL, "internal error", "INTERNAL")

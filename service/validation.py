@@ -1,0 +1,208 @@
+"""Validation of requests into the engine's neutral types.
+
+Every field is checked and all violations are reported together (one INVALID_ARGUMENT
+with a ``BadRequest`` listing each). Bounds follow vLLM's ``SamplingParams`` checks
+(vllm/sampling_params.py ``_verify_args``) and xinserve's configured limits.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import uuid
+
+from engine_backends.protocol import ModelInfo, SamplingOptions, StructuredOutput
+from service.config import LimitsSettings
+from service.status import FieldViolation, invalid_argument
+from xinserve.v1 import sampling_pb2
+
+_REQUEST_ID = re.compile(r"^[\x21-\x7e]{1,128}$")
+_CHAT_ROLES = frozenset({"system", "user", "assistant", "tool"})
+_INT64_MAX = 2**63 - 1
+
+
+class Violations:
+    """Collects field violations; ``raise_if_any`` raises one INVALID_ARGUMENT with all of them."""
+
+    def __init__(self) -> None:
+        self.items: list[FieldViolation] = []
+
+    def add(self, field: str, description: str) -> None:
+        self.items.append(FieldViolation(field, description))
+
+    def raise_if_any(self) -> None:
+        if self.items:
+            raise invalid_argument(self.items, reason="INVALID_REQUEST")
+
+
+def resolve_request_id(given: str, metadata_id: str | None, v: Violations) -> str:
+    """The request's id: the field, else ``x-request-id`` metadata, else a new UUID4 hex."""
+    for candidate, field in ((given, "request_id"), (metadata_id, "x-request-id")):
+        if candidate:
+            if not _REQUEST_ID.match(candidate):
+                v.add(field, "must be 1..128 printable ASCII characters without spaces")
+                return uuid.uuid4().hex
+            return candidate
+    return uuid.uuid4().hex
+
+
+def check_model_name(name: str, v: Violations, field: str = "model") -> None:
+    if not name:
+        v.add(field, "is required")
+    elif len(name) > 128:
+        v.add(field, "is longer than 128 characters")
+
+
+def _finite(
+    v: Violations,
+    field: str,
+    value: float,
+    lo: float | None = None,
+    hi: float | None = None,
+    lo_open: bool = False,
+) -> None:
+    if not math.isfinite(value):
+        v.add(field, "must be a finite number")
+        return
+    if lo is not None and (value < lo or (lo_open and value == lo)):
+        v.add(field, f"must be {'>' if lo_open else '>='} {lo:g}, got {value:g}")
+    if hi is not None and value > hi:
+        v.add(field, f"must be <= {hi:g}, got {value:g}")
+
+
+def sampling_options(
+    sp: sampling_pb2.SamplingParams, info: ModelInfo, limits: LimitsSettings, v: Violations
+) -> SamplingOptions:
+    """Check ``sp`` against vLLM's bounds, the model and the limits; return engine options.
+
+    Violations are added to ``v`` with paths ``sampling_params.<field>``; the returned
+    options are only meaningful when ``v`` stays empty.
+    """
+    p = "sampling_params."
+
+    def opt(name: str):  # the value when present, else None (absent = model default)
+        return getattr(sp, name) if sp.HasField(name) else None
+
+    n = opt("n")
+    if n is not None and not 1 <= n <= limits.max_n:
+        v.add(p + "n", f"must be between 1 and {limits.max_n}, got {n}")
+    max_tokens = opt("max_tokens")
+    if max_tokens is not None and max_tokens < 1:
+        v.add(p + "max_tokens", f"must be >= 1, got {max_tokens}")
+    min_tokens = opt("min_tokens")
+    if min_tokens is not None:
+        if min_tokens < 0:
+            v.add(p + "min_tokens", f"must be >= 0, got {min_tokens}")
+        elif max_tokens is not None and min_tokens > max_tokens:
+            v.add(p + "min_tokens", f"must be <= max_tokens ({max_tokens}), got {min_tokens}")
+    temperature = opt("temperature")
+    if temperature is not None:
+        _finite(v, p + "temperature", temperature, lo=0.0)
+    top_p = opt("top_p")
+    if top_p is not None:
+        _finite(v, p + "top_p", top_p, lo=0.0, hi=1.0, lo_open=True)
+    top_k = opt("top_k")
+    if top_k is not None and top_k < -1:
+        v.add(p + "top_k", f"must be -1, 0 (disabled) or >= 1, got {top_k}")
+    min_p = opt("min_p")
+    if min_p is not None:
+        _finite(v, p + "min_p", min_p, lo=0.0, hi=1.0)
+    for name in ("presence_penalty", "frequency_penalty"):
+        value = opt(name)
+        if value is not None:
+            _finite(v, p + name, value, lo=-2.0, hi=2.0)
+    repetition_penalty = opt("repetition_penalty")
+    if repetition_penalty is not None:
+        _finite(v, p + "repetition_penalty", repetition_penalty, lo=0.0, lo_open=True)
+    seed = opt("seed")
+    if seed is not None and not 0 <= seed <= _INT64_MAX:
+        v.add(p + "seed", f"must be >= 0, got {seed}")
+
+    if len(sp.stop) > limits.max_stop_sequences:
+        v.add(p + "stop", f"at most {limits.max_stop_sequences} stop strings, got {len(sp.stop)}")
+    else:
+        for i, s in enumerate(sp.stop):
+            size = len(s.encode("utf-8"))
+            if size == 0 or size > limits.max_stop_sequence_bytes:
+                v.add(f"{p}stop[{i}]", f"must be 1..{limits.max_stop_sequence_bytes} bytes, got {size}")
+    vocab = info.vocab_size
+    if len(sp.stop_token_ids) > limits.max_stop_sequences:
+        v.add(p + "stop_token_ids", f"at most {limits.max_stop_sequences} ids, got {len(sp.stop_token_ids)}")
+    else:
+        for i, tid in enumerate(sp.stop_token_ids):
+            if not 0 <= tid < vocab:
+                v.add(f"{p}stop_token_ids[{i}]", f"token id {tid} is outside the vocabulary [0, {vocab})")
+    for name in ("logprobs", "prompt_logprobs"):
+        value = opt(name)
+        if value is not None and not 0 <= value <= info.max_logprobs:
+            v.add(p + name, f"must be between 0 and {info.max_logprobs}, got {value}")
+    if len(sp.logit_bias) > vocab:
+        v.add(p + "logit_bias", f"at most {vocab} entries")
+    else:
+        for tid, bias in sp.logit_bias.items():
+            if not 0 <= tid < vocab:
+                v.add(f"{p}logit_bias[{tid}]", f"token id outside the vocabulary [0, {vocab})")
+            else:
+                _finite(v, f"{p}logit_bias[{tid}]", bias, lo=-100.0, hi=100.0)
+
+    structured: StructuredOutput | None = None
+    kind = sp.WhichOneof("structured_output")
+    if kind == "choice":
+        choices = tuple(sp.choice.choices)
+        if not choices or any(not c for c in choices):
+            v.add(p + "choice.choices", "needs at least one choice, none empty")
+        structured = StructuredOutput("choice", choices)
+    elif kind == "json_object":
+        if not sp.json_object:
+            v.add(p + "json_object", "only true is meaningful; leave it unset instead")
+        structured = StructuredOutput("json_object", True)
+    elif kind is not None:
+        text = getattr(sp, kind)
+        if not text:
+            v.add(p + kind, "must not be empty")
+        structured = StructuredOutput(kind, text)  # type: ignore[arg-type]
+    if sp.lora_name and len(sp.lora_name) > 128:
+        v.add(p + "lora_name", "is longer than 128 characters")
+
+    return SamplingOptions(
+        n=n,
+        max_tokens=max_tokens,
+        min_tokens=min_tokens,
+        temperature=temperature,
+        top_p=top_p,
+        top_k=top_k,
+        min_p=min_p,
+        presence_penalty=opt("presence_penalty"),
+        frequency_penalty=opt("frequency_penalty"),
+        repetition_penalty=repetition_penalty,
+        seed=seed,
+        stop=tuple(sp.stop),
+        stop_token_ids=tuple(sp.stop_token_ids),
+        include_stop_str_in_output=opt("include_stop_str_in_output"),
+        ignore_eos=opt("ignore_eos"),
+        logprobs=opt("logprobs"),
+        prompt_logprobs=opt("prompt_logprobs"),
+        skip_special_tokens=opt("skip_special_tokens"),
+        logit_bias=dict(sp.logit_bias),
+        structured_output=structured,
+        lora_name=sp.lora_name or None,
+    )
+
+
+def check_chat_messages(messages, limits: LimitsSettings, v: Violations) -> list[dict[str, str]]:
+    """Check role-tagged messages; returns them as the dicts chat templates take."""
+    if not messages:
+        v.add("messages", "at least one message is required")
+        return []
+    if len(messages) > limits.max_chat_messages:
+        v.add("messages", f"at most {limits.max_chat_messages} messages, got {len(messages)}")
+        return []
+    out: list[dict[str, str]] = []
+    for i, m in enumerate(messages):
+        if m.role not in _CHAT_ROLES:
+            v.add(f"messages[{i}].role", f"must be one of {', '.join(sorted(_CHAT_ROLES))}")
+        entry = {"role": m.role, "content": m.content}
+        if m.HasField("name"):
+            entry["name"] = m.name
+        out.append(entry)
+    return out
