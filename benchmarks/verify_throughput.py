@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import resource
 import shutil
 import subprocess
 import sys
@@ -70,9 +71,7 @@ def main() -> int:
         key = Sm2PrivateKey.generate()
         sign_model(root, key, "bench")
         store = TrustStore.from_keys([key.public_key()])
-        files = sorted(
-            p for p in root.iterdir() if p.name.endswith(".safetensors") or p.name == "config.json"
-        )
+        files = sorted(p for p in root.iterdir() if p.name.endswith(".safetensors") or p.name == "config.json")
         total = sum(p.stat().st_size for p in files)
         for p in files:  # warm the page cache so both sides read from memory
             with p.open("rb") as f:
@@ -80,30 +79,40 @@ def main() -> int:
                     pass
         load_before = os.getloadavg()
         ours, ours1, theirs = [], [], []
+        cpu_ours, cpu_theirs = [], []
+
+        def cpu(who: int) -> float:
+            r = resource.getrusage(who)
+            return r.ru_utime + r.ru_stime
+
         for _ in range(args.repeat):
-            t = time.perf_counter()
+            t, c = time.perf_counter(), cpu(resource.RUSAGE_SELF)
             verify_model(root, store, "bench", jobs=args.jobs)
             ours.append(time.perf_counter() - t)
-            t = time.perf_counter()
+            cpu_ours.append(cpu(resource.RUSAGE_SELF) - c)
+            t, c = time.perf_counter(), cpu(resource.RUSAGE_CHILDREN)
             subprocess.run(["openssl", "dgst", "-sm3", *map(str, files)], check=True, capture_output=True)
             theirs.append(time.perf_counter() - t)
+            cpu_theirs.append(cpu(resource.RUSAGE_CHILDREN) - c)
             t = time.perf_counter()
             verify_model(root, store, "bench", jobs=1)
             ours1.append(time.perf_counter() - t)
         ver = subprocess.run(["openssl", "version"], capture_output=True, text=True).stdout.strip()
         best_ours, best_ours1, best_theirs = min(ours), min(ours1), min(theirs)
-        print(
-            f"machine: {platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, {ver}"
-        )
+        print(f"machine: {platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, {ver}")
         load = os.getloadavg()
-        print(
-            f"load average before/after: {load_before[0]:.2f} / {load[0]:.2f} (other load skews it)"
-        )
+        print(f"load average before/after: {load_before[0]:.2f} / {load[0]:.2f} (other load skews it)")
         print(f"data: {len(files)} files, {total / MB:.0f} MB, page cache warm, best of {args.repeat}")
         print(f"xinserve verify (threads={args.jobs or os.cpu_count()}): {total / MB / best_ours:8.1f} MB/s")
         print(f"xinserve verify (threads=1):        {total / MB / best_ours1:8.1f} MB/s")
         print(f"openssl dgst -sm3, one after another: {total / MB / best_theirs:8.1f} MB/s")
-        print(f"ratio xinserve/openssl: {best_theirs / best_ours:.2f}x")
+        print(f"ratio xinserve/openssl (wall clock): {best_theirs / best_ours:.2f}x")
+        # CPU time per byte is far less sensitive to other load than wall time: with T idle cores and
+        # at least T files of similar size, the wall-clock ratio approaches T * cpu(openssl)/cpu(ours).
+        threads = min(args.jobs or os.cpu_count() or 1, len(files))
+        c_ours, c_theirs = min(cpu_ours), min(cpu_theirs)
+        print(f"CPU seconds per GB: xinserve {c_ours / total * 1e9:.2f}, openssl {c_theirs / total * 1e9:.2f}")
+        print(f"projected ratio on {threads} idle cores: {threads * c_theirs / c_ours:.2f}x")
     finally:
         if tmp:
             shutil.rmtree(tmp, ignore_errors=True)
