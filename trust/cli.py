@@ -182,9 +182,7 @@ def _sign_model(args: argparse.Namespace) -> int:
     ignore = list(DEFAULT_IGNORE) + list(args.ignore or [])
     name = args.name or model_dir.resolve().name
     with _progress(not args.no_progress, "hashing") as (on_total, advance):
-        out = sign_model(
-            model_dir, key, name, ignore=ignore, jobs=args.jobs, progress=advance, on_total=on_total
-        )
+        out = sign_model(model_dir, key, name, ignore=ignore, jobs=args.jobs, progress=advance, on_total=on_total)
     print(f"signed model {name!r}: {out}")
     print(f"key id: {key.public_key().key_id}")
     return EXIT_OK
@@ -195,9 +193,7 @@ def _verify_model(args: argparse.Namespace) -> int:
 
     store = _trust_store(args.trust_store)
     with _progress(not args.no_progress, "verifying") as (on_total, advance):
-        res = verify_model(
-            args.directory, store, args.name, jobs=args.jobs, progress=advance, on_total=on_total
-        )
+        res = verify_model(args.directory, store, args.name, jobs=args.jobs, progress=advance, on_total=on_total)
     if args.json:
         print(json.dumps({"ok": True, **res.__dict__}))
     else:
@@ -213,9 +209,7 @@ def _sign_image(args: argparse.Namespace) -> int:
 
     key = _read_private_key(args)
     if args.layout:
-        envelope, desc = sign_image_layout(
-            args.layout, key, args.reference, ref_name=args.ref_name, attach=args.attach
-        )
+        envelope, desc = sign_image_layout(args.layout, key, args.reference, ref_name=args.ref_name, attach=args.attach)
         digest = desc.digest
     else:
         if args.attach:
@@ -279,9 +273,7 @@ def add_commands(subparsers: Any) -> None:
     g = ks.add_parser("generate", help="generate an SM2 key pair (PKCS#8 + SubjectPublicKeyInfo PEM)")
     g.add_argument("--private-key", required=True, help="where to write the private key (mode 0600)")
     g.add_argument("--public-key", help="where to write the public key (default: <private>.pub.pem)")
-    g.add_argument(
-        "--password", metavar="env:VAR|file:PATH", help="encrypt the private key (SM4-CBC, PBKDF2)"
-    )
+    g.add_argument("--password", metavar="env:VAR|file:PATH", help="encrypt the private key (SM4-CBC, PBKDF2)")
     g.add_argument("--no-password", action="store_true", help="write the private key unencrypted")
     g.add_argument("--force", action="store_true", help="overwrite existing files")
     g.set_defaults(func=_run(_keys_generate))
@@ -323,9 +315,7 @@ def add_commands(subparsers: Any) -> None:
     _add_key_args(si)
     si.set_defaults(func=_run(_sign_image))
 
-    verify = subparsers.add_parser(
-        "verify", help="verify a model directory or an image against a trust store"
-    )
+    verify = subparsers.add_parser("verify", help="verify a model directory or an image against a trust store")
     vs = verify.add_subparsers(dest="verify_command", metavar="WHAT", required=True)
     vm = vs.add_parser("model", help="verify DIR's signature and every file's SM3 digest")
     vm.add_argument("directory", metavar="DIR")

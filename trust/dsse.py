@@ -32,17 +32,13 @@ def pae(payload_type: str, payload: bytes) -> bytes:
     return b"DSSEv1 %d %s %d %s" % (len(t), t, len(payload), payload)
 
 
-def sign_envelope(
-    payload: bytes, private_key: Sm2PrivateKey, payload_type: str = INTOTO_PAYLOAD_TYPE
-) -> bytes:
+def sign_envelope(payload: bytes, private_key: Sm2PrivateKey, payload_type: str = INTOTO_PAYLOAD_TYPE) -> bytes:
     """A DSSE envelope (UTF-8 JSON bytes) with one SM2 signature over PAE(type, payload)."""
     sig = private_key.sign(pae(payload_type, payload))
     env = {
         "payloadType": payload_type,
         "payload": base64.b64encode(payload).decode("ascii"),
-        "signatures": [
-            {"keyid": private_key.public_key().key_id, "sig": base64.b64encode(sig).decode("ascii")}
-        ],
+        "signatures": [{"keyid": private_key.public_key().key_id, "sig": base64.b64encode(sig).decode("ascii")}],
     }
     return (json.dumps(env, indent=2, sort_keys=True) + "\n").encode("utf-8")
 
@@ -148,9 +144,7 @@ def verify_envelope(
         try:
             tk.public_key.verify(sig, message)
         except InvalidSignature:
-            failures.append(
-                VerificationError(Reason.BAD_SIGNATURE, f"signature does not verify under key {tk.name}")
-            )
+            failures.append(VerificationError(Reason.BAD_SIGNATURE, f"signature does not verify under key {tk.name}"))
             continue
         except Exception:  # fail closed on anything at all
             failures.append(VerificationError(Reason.BAD_SIGNATURE, "signature verification failed"))

@@ -149,9 +149,7 @@ def verify_image(
     ):
         raise VerificationError(bad, "subject must be one {name, digest: {sha256[, sm3]}}")
     if subj[0]["digest"]["sha256"] != sha:
-        raise VerificationError(
-            Reason.SUBJECT_MISMATCH, f"signature is for sha256:{subj[0]['digest']['sha256'][:16]}…"
-        )
+        raise VerificationError(Reason.SUBJECT_MISMATCH, f"signature is for sha256:{subj[0]['digest']['sha256'][:16]}…")
     if reference is not None and subj[0]["name"] != reference:
         raise VerificationError(Reason.SUBJECT_MISMATCH, f"signature is for {subj[0]['name'][:100]!r}")
     if manifest_bytes is not None:
@@ -159,9 +157,7 @@ def verify_image(
             raise VerificationError(Reason.FILE_MODIFIED, "manifest blob does not match its digest")
         sig_sm3 = subj[0]["digest"].get("sm3")
         if sig_sm3 is not None and sig_sm3 != sm3(manifest_bytes).hex():
-            raise VerificationError(
-                Reason.SUBJECT_MISMATCH, "SM3 of the manifest differs from the signed one"
-            )
+            raise VerificationError(Reason.SUBJECT_MISMATCH, "SM3 of the manifest differs from the signed one")
     return ImageVerification(subj[0]["name"], f"sha256:{sha}", key.key_id, key.name)
 
 
@@ -203,9 +199,7 @@ def _descriptors(layout: Path) -> list[tuple[Descriptor, dict[str, Any]]]:
             ann = m.get("annotations") or {}
             d = Descriptor(str(m["mediaType"]), m["digest"], int(m["size"]), ann.get(REF_NAME_ANNOTATION))
         except (KeyError, TypeError, ValueError, AttributeError):
-            raise VerificationError(
-                Reason.MALFORMED_ENVELOPE, "index.json holds a malformed descriptor"
-            ) from None
+            raise VerificationError(Reason.MALFORMED_ENVELOPE, "index.json holds a malformed descriptor") from None
         out.append((d, m))
     return out
 
@@ -239,9 +233,7 @@ def sign_image_layout(
         manifest = read_blob(root, desc.digest)
     except VerificationError as e:
         raise SigningError(e.reason.value, e.detail) from None
-    envelope = sign_image(
-        desc.digest, reference, private_key, media_type=desc.media_type, manifest_bytes=manifest
-    )
+    envelope = sign_image(desc.digest, reference, private_key, media_type=desc.media_type, manifest_bytes=manifest)
     if attach:
         _attach(root, desc, envelope, private_key.public_key().key_id)
     return envelope, desc
@@ -327,9 +319,7 @@ def verify_image_layout(
     errors: list[VerificationError] = []
     for env in candidates:
         try:
-            return verify_image(
-                env, trust_store, desc.digest, reference=reference, manifest_bytes=manifest, now=now
-            )
+            return verify_image(env, trust_store, desc.digest, reference=reference, manifest_bytes=manifest, now=now)
         except VerificationError as e:
             errors.append(e)
     raise errors[0]

@@ -87,9 +87,7 @@ def check_entries(entries: Sequence[FileEntry]) -> None:
         seen[e.name] = e.name
         f = e.name.casefold()
         if f in folded:
-            raise VerificationError(
-                Reason.CASE_COLLISION, f"{folded[f]!r} and {e.name!r} differ only by case"
-            )
+            raise VerificationError(Reason.CASE_COLLISION, f"{folded[f]!r} and {e.name!r} differ only by case")
         folded[f] = e.name
     names = [_sort_key(e.name) for e in entries]
     if names != sorted(names):
@@ -104,9 +102,9 @@ def canonical_entries(entries: Iterable[FileEntry]) -> list[FileEntry]:
 
 
 def canonical_json(entries: Sequence[FileEntry]) -> bytes:
-    return json.dumps(
-        [e.to_json() for e in entries], sort_keys=True, separators=(",", ":"), ensure_ascii=False
-    ).encode("utf-8")
+    return json.dumps([e.to_json() for e in entries], sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode(
+        "utf-8"
+    )
 
 
 def manifest_digest(entries: Sequence[FileEntry]) -> str:
@@ -121,14 +119,10 @@ def entries_from_json(resources: Any) -> list[FileEntry]:
     out = []
     for r in resources:
         if not isinstance(r, dict) or set(r) != {"algorithm", "digest", "name", "size"}:
-            raise VerificationError(
-                Reason.MALFORMED_STATEMENT, "each resource is {name, size, algorithm, digest}"
-            )
+            raise VerificationError(Reason.MALFORMED_STATEMENT, "each resource is {name, size, algorithm, digest}")
         name, size, alg, digest = r["name"], r["size"], r["algorithm"], r["digest"]
         if alg != "sm3":
-            raise VerificationError(
-                Reason.MALFORMED_STATEMENT, f"resource algorithm {str(alg)[:20]!r} is not sm3"
-            )
+            raise VerificationError(Reason.MALFORMED_STATEMENT, f"resource algorithm {str(alg)[:20]!r} is not sm3")
         if not isinstance(digest, str) or len(digest) != 64 or not set(digest) <= _HEX:
             raise VerificationError(Reason.MALFORMED_STATEMENT, "resource digest is not 64 lower-case hex")
         if isinstance(size, bool) or not isinstance(size, int) or size < 0 or size >= 1 << 63:
@@ -183,9 +177,7 @@ def scan(root: str | os.PathLike[str], ignore: Sequence[str] = ()) -> list[DiskF
             try:
                 name_part = os.fsencode(item.name).decode("utf-8")
             except UnicodeDecodeError:
-                raise VerificationError(
-                    Reason.INVALID_PATH, f"file name in {prefix or '.'} is not UTF-8"
-                ) from None
+                raise VerificationError(Reason.INVALID_PATH, f"file name in {prefix or '.'} is not UTF-8") from None
             rel = prefix + name_part
             try:
                 st = item.stat(follow_symlinks=False)
@@ -204,13 +196,9 @@ def scan(root: str | os.PathLike[str], ignore: Sequence[str] = ()) -> list[DiskF
                 try:
                     target = path.resolve(strict=True)
                 except (OSError, RuntimeError):
-                    raise VerificationError(
-                        Reason.PATH_ESCAPE, f"{rel} is a dangling or looping symlink"
-                    ) from None
+                    raise VerificationError(Reason.PATH_ESCAPE, f"{rel} is a dangling or looping symlink") from None
                 if not target.is_relative_to(real_root):
-                    raise VerificationError(
-                        Reason.PATH_ESCAPE, f"{rel} is a symlink that leaves the directory"
-                    )
+                    raise VerificationError(Reason.PATH_ESCAPE, f"{rel} is a symlink that leaves the directory")
                 st = target.stat()
                 if stat.S_ISDIR(st.st_mode):
                     raise VerificationError(Reason.UNSUPPORTED_FILE, f"{rel} is a symlinked directory")
@@ -224,9 +212,7 @@ def scan(root: str | os.PathLike[str], ignore: Sequence[str] = ()) -> list[DiskF
     for d in out:
         f = d.name.casefold()
         if f in folded:
-            raise VerificationError(
-                Reason.CASE_COLLISION, f"{folded[f]!r} and {d.name!r} differ only by case"
-            )
+            raise VerificationError(Reason.CASE_COLLISION, f"{folded[f]!r} and {d.name!r} differ only by case")
         folded[f] = d.name
     return out
 

@@ -150,9 +150,7 @@ def _read_envelope(root: Path) -> bytes:
     except OSError as e:
         raise VerificationError(Reason.IO_ERROR, f"cannot stat {path}: {e.strerror}") from None
     if not _stat.S_ISREG(st.st_mode) or st.st_size > MAX_ENVELOPE_SIZE:
-        raise VerificationError(
-            Reason.MALFORMED_ENVELOPE, f"{SIGNATURE_FILENAME} is not a regular file of sane size"
-        )
+        raise VerificationError(Reason.MALFORMED_ENVELOPE, f"{SIGNATURE_FILENAME} is not a regular file of sane size")
     try:
         return path.read_bytes()
     except OSError as e:
@@ -227,9 +225,7 @@ def verify_model(
     key = verify_envelope(envelope, trust_store, INTOTO_PAYLOAD_TYPE, now)
     name, digest, entries, ignore = parse_model_statement(envelope.payload)
     if model_name is not None and name != model_name:
-        raise VerificationError(
-            Reason.SUBJECT_MISMATCH, f"signed for model {name[:80]!r}, not {model_name!r}"
-        )
+        raise VerificationError(Reason.SUBJECT_MISMATCH, f"signed for model {name[:80]!r}, not {model_name!r}")
     if not entries:
         raise VerificationError(Reason.EMPTY_MANIFEST, "the signed manifest lists no file")
     if manifest_digest(entries) != digest:
@@ -274,9 +270,7 @@ def _compare_listing(expected: dict[str, FileEntry], on_disk: dict[str, DiskFile
             raise VerificationError(Reason.FILE_RENAMED, f"{m.name!r} was renamed to {a.name!r}")
 
     def show(names: list[str]) -> str:
-        return ", ".join(repr(n) for n in names[:5]) + (
-            f" and {len(names) - 5} more" if len(names) > 5 else ""
-        )
+        return ", ".join(repr(n) for n in names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
 
     if missing:
         extra = f"; also added: {show(added)}" if added else ""

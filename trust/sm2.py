@@ -267,9 +267,7 @@ class Sm2PrivateKey:
             ec = keys.ECPrivateKey.load(pki["private_key"].contents, strict=True)
             d_int = ec["private_key"].native
             params = ec["parameters"]
-            if params.native is not None and (
-                params.name != "named" or params.chosen.dotted != OID_SM2_CURVE
-            ):
+            if params.native is not None and (params.name != "named" or params.chosen.dotted != OID_SM2_CURVE):
                 raise KeyFormatError("ECPrivateKey names a curve other than SM2")
             pub_bits = ec["public_key"]
             public = None

@@ -178,9 +178,7 @@ class TrustStore:
             reason = entry.get("reason", "")
             if not isinstance(reason, str):
                 raise TrustStoreError(f"{where}: reason must be a string")
-            revoked[kid] = Revocation(
-                kid, reason, _parse_time(entry.get("revoked_at"), f"{where} revoked_at")
-            )
+            revoked[kid] = Revocation(kid, reason, _parse_time(entry.get("revoked_at"), f"{where} revoked_at"))
         return cls(keys=keys, revoked=revoked)
 
     def check(self, key_id: str, now: datetime | None = None) -> TrustedKey:
@@ -195,9 +193,7 @@ class TrustStore:
             raise VerificationError(Reason.UNTRUSTED_KEY, f"key {key_id[:16]} is not in the trust store")
         now = now or datetime.now(UTC)
         if tk.not_before and now < tk.not_before:
-            raise VerificationError(
-                Reason.KEY_NOT_YET_VALID, f"key {tk.name} is valid from {_fmt_time(tk.not_before)}"
-            )
+            raise VerificationError(Reason.KEY_NOT_YET_VALID, f"key {tk.name} is valid from {_fmt_time(tk.not_before)}")
         if tk.not_after and now >= tk.not_after:
             raise VerificationError(Reason.KEY_EXPIRED, f"key {tk.name} expired at {_fmt_time(tk.not_after)}")
         return tk

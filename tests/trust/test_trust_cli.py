@@ -20,14 +20,10 @@ def run(capsys, *argv: str) -> tuple[int, str, str]:
 @pytest.fixture
 def setup(tmp_path: Path, capsys, monkeypatch):
     monkeypatch.setenv("XS_PW", "correct horse")
-    rc, out, _ = run(
-        capsys, "keys", "generate", "--private-key", tmp_path / "k.pem", "--password", "env:XS_PW"
-    )
+    rc, out, _ = run(capsys, "keys", "generate", "--private-key", tmp_path / "k.pem", "--password", "env:XS_PW")
     assert rc == EXIT_OK and "key id:" in out
     key_id = out.split("key id:")[1].strip()
-    rc, _, _ = run(
-        capsys, "keys", "trust", tmp_path / "k.pub.pem", "--trust-store", tmp_path / "ts", "--name", "dev"
-    )
+    rc, _, _ = run(capsys, "keys", "trust", tmp_path / "k.pub.pem", "--trust-store", tmp_path / "ts", "--name", "dev")
     assert rc == EXIT_OK
     model = make_model(tmp_path / "model")
     return tmp_path, key_id, model
@@ -65,9 +61,7 @@ def test_sign_and_verify_model(setup, capsys) -> None:
 def test_revoke_via_cli(setup, capsys) -> None:
     tmp, key_id, model = setup
     run(capsys, "sign", "model", model, "--key", tmp / "k.pem", "--password", "env:XS_PW")
-    assert (
-        run(capsys, "keys", "revoke", key_id, "--trust-store", tmp / "ts", "--reason", "test")[0] == EXIT_OK
-    )
+    assert run(capsys, "keys", "revoke", key_id, "--trust-store", tmp / "ts", "--reason", "test")[0] == EXIT_OK
     rc, _, err = run(capsys, "verify", "model", model, "--trust-store", tmp / "ts")
     assert rc == EXIT_FAILED and "revoked_key" in err
 

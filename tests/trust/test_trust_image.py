@@ -39,9 +39,7 @@ def make_layout(root: Path, multi_platform: bool = False) -> str:
         **blob(root, b'{"architecture":"amd64"}'),
     }
     layer = {"mediaType": "application/vnd.oci.image.layer.v1.tar+gzip", **blob(root, b"layer bytes")}
-    manifest = json.dumps(
-        {"schemaVersion": 2, "mediaType": OCI_MANIFEST, "config": config, "layers": [layer]}
-    )
+    manifest = json.dumps({"schemaVersion": 2, "mediaType": OCI_MANIFEST, "config": config, "layers": [layer]})
     mdesc = {"mediaType": OCI_MANIFEST, **blob(root, manifest.encode())}
     top = mdesc
     if multi_platform:
@@ -85,9 +83,7 @@ def test_sign_by_digest(key: Sm2PrivateKey, other_key: Sm2PrivateKey, store: Tru
 
 
 @pytest.mark.parametrize("multi", [False, True], ids=["manifest", "index"])
-def test_layout_sign_attach_verify(
-    tmp_path: Path, key: Sm2PrivateKey, store: TrustStore, multi: bool
-) -> None:
+def test_layout_sign_attach_verify(tmp_path: Path, key: Sm2PrivateKey, store: TrustStore, multi: bool) -> None:
     layout = tmp_path / "layout"
     top = make_layout(layout, multi)
     env, desc = sign_image_layout(layout, key, "registry.example.cn/xinserve:1.0", attach=True)
@@ -115,9 +111,7 @@ def test_layout_tampering(tmp_path: Path, key: Sm2PrivateKey, store: TrustStore)
     assert ei.value.reason == Reason.FILE_MODIFIED
 
 
-def test_image_signature_is_not_a_model_signature(
-    tmp_path: Path, key: Sm2PrivateKey, store: TrustStore
-) -> None:
+def test_image_signature_is_not_a_model_signature(tmp_path: Path, key: Sm2PrivateKey, store: TrustStore) -> None:
     from trust.model_signing import SIGNATURE_FILENAME, verify_model
 
     d = tmp_path / "m"

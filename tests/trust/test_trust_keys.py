@@ -65,9 +65,7 @@ def test_repr_never_shows_the_scalar(key: Sm2PrivateKey) -> None:
     assert "key_id" in repr(key) and d_hex not in repr(key)
 
 
-def test_private_key_with_mismatched_public_key_is_refused(
-    key: Sm2PrivateKey, other_key: Sm2PrivateKey
-) -> None:
+def test_private_key_with_mismatched_public_key_is_refused(key: Sm2PrivateKey, other_key: Sm2PrivateKey) -> None:
     der = bytearray(key.to_der())
     other_point = b"\x04" + other_key.public_key().raw
     mine = b"\x04" + key.public_key().raw

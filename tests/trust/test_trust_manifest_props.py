@@ -22,9 +22,7 @@ from trust.manifest import (
     manifest_digest,
 )
 
-ALPHABET = st.characters(
-    codec="utf-8", exclude_characters="/\\\x7f", exclude_categories=("Cc", "Cs", "Zl", "Zp")
-)
+ALPHABET = st.characters(codec="utf-8", exclude_characters="/\\\x7f", exclude_categories=("Cc", "Cs", "Zl", "Zp"))
 segment = (
     st.text(ALPHABET, min_size=1, max_size=12)
     .map(lambda s: unicodedata.normalize("NFC", s))
@@ -100,10 +98,7 @@ def test_canonical_json_roundtrips(entries: list[FileEntry]) -> None:
     data = canonical_json(canon)
     assert entries_from_json(json.loads(data)) == canon
     # No whitespace and sorted keys: re-serialising the parsed JSON canonically is byte-identical.
-    assert (
-        json.dumps(json.loads(data), sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
-        == data
-    )
+    assert json.dumps(json.loads(data), sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode() == data
 
 
 @given(unique_entries(min_size=1), st.data())
@@ -133,11 +128,7 @@ def test_duplicates_and_case_collisions_are_rejected(entries: list[FileEntry], d
         canonical_entries([*entries, e])
     assert ei.value.reason == Reason.DUPLICATE_ENTRY
     swapped = e.name.swapcase()
-    assume(
-        swapped != e.name
-        and swapped.casefold() == e.name.casefold()
-        and unicodedata.is_normalized("NFC", swapped)
-    )
+    assume(swapped != e.name and swapped.casefold() == e.name.casefold() and unicodedata.is_normalized("NFC", swapped))
     with pytest.raises(VerificationError) as ei:
         canonical_entries([*entries, FileEntry(swapped, 0, e.digest)])
     assert ei.value.reason == Reason.CASE_COLLISION

@@ -286,9 +286,7 @@ def signed(model_dir: Path, ctx: Ctx) -> Path:
 
 
 @pytest.mark.parametrize(("case", "tamper", "reason"), CASES, ids=[c[0] for c in CASES])
-def test_tamper_matrix(
-    signed: Path, ctx: Ctx, case: str, tamper: Callable[[Path, Ctx], None], reason: Reason
-) -> None:
+def test_tamper_matrix(signed: Path, ctx: Ctx, case: str, tamper: Callable[[Path, Ctx], None], reason: Reason) -> None:
     tamper(signed, ctx)
     with pytest.raises(VerificationError) as ei:
         verify_model(signed, ctx["store"], "m")
@@ -324,9 +322,7 @@ def test_in_tree_symlink_and_ignored_dirs_verify(model_dir: Path, ctx: Ctx) -> N
     (model_dir / "alias.json").symlink_to("config.json")
     sign_model(model_dir, ctx["key"], "m")
     (model_dir / ".git").mkdir()
-    (model_dir / ".git" / "HEAD").write_text(
-        "ref: x"
-    )  # ignored by the default rules, recorded in the statement
+    (model_dir / ".git" / "HEAD").write_text("ref: x")  # ignored by the default rules, recorded in the statement
     assert verify_model(model_dir, ctx["store"]).files == 7
     st = json.loads(base64.b64decode(load_env(model_dir)["payload"]))
     assert ".git/" in st["predicate"]["serialization"]["ignore_paths"]

@@ -31,9 +31,7 @@ DISTID = f"distid:{DEFAULT_ID.decode()}"
 
 
 def openssl(*args: str | Path, input: bytes | None = None) -> subprocess.CompletedProcess[bytes]:
-    return subprocess.run(
-        ["openssl", *map(str, args)], capture_output=True, input=input, check=False, timeout=60
-    )
+    return subprocess.run(["openssl", *map(str, args)], capture_output=True, input=input, check=False, timeout=60)
 
 
 @pytest.fixture
@@ -59,9 +57,7 @@ def test_openssl_signature_verifies_here(tmp_path: Path, msg: Path) -> None:
 def test_our_signature_verifies_in_openssl(tmp_path: Path, msg: Path, key: Sm2PrivateKey) -> None:
     (tmp_path / "k.pub").write_bytes(key.public_key().to_pem())
     (tmp_path / "sig").write_bytes(key.sign(msg.read_bytes()))
-    r = openssl(
-        "dgst", "-sm3", "-verify", tmp_path / "k.pub", "-sigopt", DISTID, "-signature", tmp_path / "sig", msg
-    )
+    r = openssl("dgst", "-sm3", "-verify", tmp_path / "k.pub", "-sigopt", DISTID, "-signature", tmp_path / "sig", msg)
     assert r.returncode == 0 and b"Verified OK" in r.stdout, r.stdout + r.stderr
 
 

@@ -22,9 +22,7 @@ def test_plain_pem_directory(tmp_path: Path, key: Sm2PrivateKey, other_key: Sm2P
     assert store.check(key.public_key().key_id).name == "release"
 
 
-def test_index_with_windows_and_revocations(
-    tmp_path: Path, key: Sm2PrivateKey, other_key: Sm2PrivateKey
-) -> None:
+def test_index_with_windows_and_revocations(tmp_path: Path, key: Sm2PrivateKey, other_key: Sm2PrivateKey) -> None:
     now = datetime.now(UTC)
     add_trusted_key(tmp_path, key.public_key(), "old", not_after=now + timedelta(days=30))
     add_trusted_key(tmp_path, other_key.public_key(), "new", not_before=now - timedelta(days=1))
