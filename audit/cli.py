@@ -1,0 +1,298 @@
+"""``xinserve audit verify | export | tail``.
+
+Exit codes: 0 ok, 1 verification failed, 2 usage or bad input, 3 environment error (store
+unreachable). Errors are one line on stderr: never a stack trace, a DSN or key material.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from audit.errors import AuditConfigError, AuditEncodingError, AuditStoreError
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_ENV = 0, 1, 2, 3
+DEFAULT_STORE = "/var/lib/xinserve/audit/audit.db"
+
+
+def add_commands(subparsers: Any) -> None:
+    """Register ``audit`` and its subcommands on the ``xinserve`` subparsers."""
+    audit = subparsers.add_parser(
+        "audit",
+        help="verify, export and follow the tamper-evident audit log",
+        description="Work with the audit log: verify its integrity, export records, follow new ones. "
+        "Exit codes: 0 ok, 1 verification failed, 2 bad usage or input, 3 store unreachable.",
+    )
+    sub = audit.add_subparsers(dest="audit_command", metavar="SUBCOMMAND", required=True)
+
+    def store_arg(p: argparse.ArgumentParser) -> None:
+        p.add_argument(
+            "--store",
+            default=os.environ.get("XINSERVE_AUDIT_STORE", DEFAULT_STORE),
+            help="SQLite file (or sqlite:///path) or postgresql://... DSN "
+            f"(default: $XINSERVE_AUDIT_STORE or {DEFAULT_STORE}); a DSN may also come from "
+            "$XINSERVE_AUDIT_DSN so it stays out of the process list",
+        )
+        p.add_argument("--chain", help="only this writer's chain (node id); default: all chains")
+
+    v = sub.add_parser(
+        "verify",
+        help="check the hash chain and signed checkpoints; name the first broken record",
+        description="Verify the audit log against the server's SM2 public key(s). Detects modified, "
+        "deleted, inserted and reordered records, truncation, re-chained forgeries and purges "
+        "before the retention period; reports crash recoveries (not tampering).",
+    )
+    store_arg(v)
+    v.add_argument(
+        "--public-key",
+        action="append",
+        default=[],
+        metavar="PEM",
+        help="trusted SM2 public key (PEM) of the server; repeat for rotated keys (required)",
+    )
+    v.add_argument("--from", dest="start", type=int, help="first record (sequence number) to check")
+    v.add_argument("--to", dest="end", type=int, help="last record to check")
+    v.add_argument(
+        "--anchor",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="a checkpoint you exported earlier (JSON): the log must still contain it",
+    )
+    v.add_argument(
+        "--offline",
+        action="store_true",
+        help="skip the staleness check (the last checkpoint of a running writer must be recent)",
+    )
+    v.add_argument("--archive", type=Path, help="verify this retention archive instead of the store")
+    v.add_argument("--archive-key-file", type=Path, help="SM4 key (hex) of an encrypted archive")
+    v.add_argument("--json", action="store_true", help="print the report as JSON")
+    v.set_defaults(func=_run_verify)
+
+    e = sub.add_parser(
+        "export",
+        help="export records as JSON lines (filter by time, subject, method, outcome)",
+        description="Export matching records as JSON lines, oldest first. Times are ISO 8601 (UTC if "
+        "no offset) or epoch milliseconds.",
+    )
+    store_arg(e)
+    e.add_argument("--since", help="records at or after this time")
+    e.add_argument("--until", help="records before this time")
+    e.add_argument("--principal", help="subject (authenticated principal)")
+    e.add_argument("--method", help="full gRPC method, e.g. /xinserve.v1.InferenceService/Generate")
+    e.add_argument("--outcome", help="gRPC status code name, e.g. OK, PERMISSION_DENIED")
+    e.add_argument("--event", help="event type, e.g. rpc, model_loaded")
+    e.add_argument("--limit", type=int)
+    e.add_argument(
+        "--checkpoints",
+        action="store_true",
+        help="export the signed checkpoints instead (keep the latest as an --anchor)",
+    )
+    e.add_argument("-o", "--output", type=Path, help="write here instead of stdout")
+    e.set_defaults(func=_run_export)
+
+    t = sub.add_parser("tail", help="show the latest records; -f to follow")
+    store_arg(t)
+    t.add_argument("-n", "--lines", type=int, default=20, help="how many recent records (default 20)")
+    t.add_argument("-f", "--follow", action="store_true", help="keep printing new records")
+    t.add_argument("--interval", type=float, default=1.0, help="poll interval with -f, seconds")
+    t.set_defaults(func=_run_tail)
+
+
+def _err(msg: str) -> None:
+    print(f"xinserve audit: {msg}", file=sys.stderr)
+
+
+def _guard(fn: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    def wrapper(args: argparse.Namespace) -> int:
+        from trust.errors import TrustError
+
+        try:
+            return fn(args)
+        except AuditStoreError as exc:
+            _err(f"audit store unreachable: {exc}")
+            return EXIT_ENV
+        except (AuditConfigError, AuditEncodingError, TrustError) as exc:
+            _err(str(exc))
+            return EXIT_USAGE
+        except OSError as exc:
+            _err(f"{exc.strerror or type(exc).__name__}: {exc.filename or ''}".rstrip(": "))
+            return EXIT_USAGE
+        except BrokenPipeError:
+            return EXIT_OK
+
+    wrapper.__name__ = fn.__name__
+    return wrapper
+
+
+def _open(args: argparse.Namespace) -> Any:
+    from audit.config import store_from_url
+    from audit.stores import open_store
+
+    url = args.store
+    dsn_env = os.environ.get("XINSERVE_AUDIT_DSN")
+    if dsn_env and "XINSERVE_AUDIT_STORE" not in os.environ and args.store == DEFAULT_STORE:
+        url = dsn_env
+    settings = store_from_url(url)
+    if settings.store == "sqlite" and not settings.path.exists():
+        raise AuditStoreError("sqlite: the audit database does not exist")
+    return open_store(settings, readonly=True)
+
+
+def _load_keys(paths: list[str]) -> list[Any]:
+    from trust.sm2 import Sm2PublicKey
+
+    if not paths:
+        raise AuditConfigError("--public-key is required: verification needs the server's trusted key")
+    return [Sm2PublicKey.from_pem(Path(p).read_bytes()) for p in paths]
+
+
+@_guard
+def _run_verify(args: argparse.Namespace) -> int:
+    from audit.chain import SignedCheckpoint
+    from audit.query import format_time_ms
+    from audit.verify import verify_store
+
+    keys = _load_keys(args.public_key)
+    if args.archive is not None:
+        from audit.config import parse_sm4_key
+        from audit.retention import verify_archive
+
+        key = parse_sm4_key(args.archive_key_file.read_bytes()) if args.archive_key_file else None
+        problems = verify_archive(args.archive, keys, key)
+        if args.json:
+            print(json.dumps({"ok": not problems, "archive": args.archive.name, "problems": problems}))
+        else:
+            for msg in problems:
+                print(f"FAIL {args.archive.name}: {msg}")
+            if not problems:
+                print(f"OK   {args.archive.name}: chain and signed checkpoints verify")
+        return EXIT_OK if not problems else EXIT_FAILED
+    anchors = []
+    for a in args.anchor:
+        try:
+            obj = json.loads(Path(a).read_text(encoding="utf-8"))
+        except json.JSONDecodeError:
+            raise AuditConfigError(f"anchor {a} is not JSON") from None
+        anchors.append(SignedCheckpoint.from_json(obj))
+    bar = _progress(args)
+    with _open(args) as store:
+        report = verify_store(
+            store,
+            keys,
+            chain=args.chain,
+            start=args.start,
+            end=args.end,
+            now_ms=None if args.offline else int(time.time() * 1000),
+            anchors=anchors,
+            progress=bar.update if bar is not None else None,
+        )
+    if bar is not None:
+        bar.close()
+    if args.json:
+        print(json.dumps(report.to_json(), ensure_ascii=False))
+    else:
+        if not report.chains:
+            print("no audit records or checkpoints found")
+        for c in report.chains:
+            status = "OK  " if c.ok else "FAIL"
+            span = f"records {c.first_seq}..{c.last_seq}" if c.first_seq is not None else "no records"
+            cp = (
+                f"last checkpoint {c.last_checkpoint} at {format_time_ms(c.last_checkpoint_time_ms)}"
+                if c.last_checkpoint is not None and c.last_checkpoint_time_ms is not None
+                else "no checkpoint"
+            )
+            print(f"{status} chain {c.chain}: {span}, {c.checkpoints_checked} checkpoints, {cp}")
+            if c.unsigned_tail:
+                print(f"     {c.unsigned_tail} records after the last checkpoint (not yet signed)")
+            for r in c.recoveries:
+                print(f"     recovered: {r}")
+            for p_ in c.purges:
+                print(f"     purged: {p_}")
+            if c.first_broken is not None:
+                print(f"     first broken record: {c.first_broken}")
+            for p in c.problems:
+                print(f"     {p.kind}: {p.message}")
+    return EXIT_OK if report.ok else EXIT_FAILED
+
+
+def _progress(args: argparse.Namespace) -> Any:
+    if args.json or not sys.stderr.isatty():
+        return None
+    from tqdm import tqdm
+
+    return tqdm(unit=" records", unit_scale=True, desc="verifying", file=sys.stderr)
+
+
+def _filter(args: argparse.Namespace, **kw: Any) -> Any:
+    from audit.query import parse_time_ms
+    from audit.stores.base import QueryFilter
+
+    return QueryFilter(
+        chain=args.chain,
+        since_ms=parse_time_ms(args.since) if getattr(args, "since", None) else None,
+        until_ms=parse_time_ms(args.until) if getattr(args, "until", None) else None,
+        principal=getattr(args, "principal", None),
+        method=getattr(args, "method", None),
+        outcome=getattr(args, "outcome", None),
+        event=getattr(args, "event", None),
+        **kw,
+    )
+
+
+@_guard
+def _run_export(args: argparse.Namespace) -> int:
+    from audit.query import export_jsonl
+
+    if args.limit is not None and args.limit < 0:
+        raise AuditConfigError("--limit must be >= 0")
+    flt = _filter(args, limit=args.limit)
+    out = args.output.open("w", encoding="utf-8") if args.output else sys.stdout
+    try:
+        with _open(args) as store:
+            if args.checkpoints:
+                chains = [args.chain] if args.chain else store.chains()
+                for c in chains:
+                    for cp in store.checkpoints(c):
+                        out.write(json.dumps(cp.to_json(), sort_keys=True) + "\n")
+            else:
+                export_jsonl(store, flt, out)
+    finally:
+        if args.output:
+            out.close()
+    return EXIT_OK
+
+
+@_guard
+def _run_tail(args: argparse.Namespace) -> int:
+    from audit.query import stored_to_json
+
+    if args.lines < 0:
+        raise AuditConfigError("--lines must be >= 0")
+    with _open(args) as store:
+        rows = list(store.query(_filter(args, limit=args.lines, descending=True)))
+        rows.reverse()
+        last: dict[str, int] = {}
+        for r in rows:
+            print(json.dumps(stored_to_json(r), sort_keys=True, ensure_ascii=False), flush=True)
+            last[r.chain] = max(last.get(r.chain, 0), r.seq)
+        if not args.follow:
+            return EXIT_OK
+        from audit.stores.base import QueryFilter
+
+        try:
+            while True:
+                time.sleep(args.interval)
+                chains = [args.chain] if args.chain else store.chains()
+                for c in chains:
+                    for r in store.query(QueryFilter(chain=c, after_seq=last.get(c, 0))):
+                        print(json.dumps(stored_to_json(r), sort_keys=True, ensure_ascii=False), flush=True)
+                        last[c] = max(last.get(c, 0), r.seq)
+        except KeyboardInterrupt:
+            return EXIT_OK

@@ -1,0 +1,144 @@
+"""Canonical encoding of audit records (property tests)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from audit.errors import AuditEncodingError
+from audit.records import MAX_SAFE_INT, AuditRecord, EventType, decode_record, encode_record
+
+text = st.text(st.characters(exclude_categories=("Cs",)), max_size=40)
+opt_text = st.none() | text
+opt_int = st.none() | st.integers(min_value=-MAX_SAFE_INT, max_value=MAX_SAFE_INT)
+hexstr = st.none() | st.binary(min_size=32, max_size=32).map(bytes.hex)
+detail_key = st.from_regex(r"[a-z][a-z0-9_]{0,20}", fullmatch=True)
+detail_val = st.booleans() | st.integers(min_value=-MAX_SAFE_INT, max_value=MAX_SAFE_INT) | text
+
+records = st.builds(
+    AuditRecord,
+    event=st.sampled_from(list(EventType)),
+    outcome=st.sampled_from(["OK", "CANCELLED", "UNAVAILABLE", "PERMISSION_DENIED"]) | text,
+    time_ms=st.integers(min_value=0, max_value=MAX_SAFE_INT),
+    principal=opt_text,
+    auth_method=opt_text,
+    cert_fingerprint=hexstr,
+    peer=opt_text,
+    method=opt_text,
+    model=opt_text,
+    manifest_digest=opt_text,
+    request_id=opt_text,
+    trace_id=opt_text,
+    prompt_tokens=opt_int,
+    output_tokens=opt_int,
+    latency_us=opt_int,
+    prompt_sm3=hexstr,
+    output_sm3=hexstr,
+    content=st.none() | st.binary(max_size=64),
+    content_key_id=opt_text,
+    detail=st.dictionaries(detail_key, detail_val, max_size=5),
+)
+chains = st.text(st.characters(exclude_categories=("Cs",)), min_size=1, max_size=20)
+seqs = st.integers(min_value=1, max_value=MAX_SAFE_INT)
+
+
+@settings(max_examples=300, deadline=None)
+@given(records, chains, seqs)
+def test_roundtrip_and_determinism(record: AuditRecord, chain: str, seq: int) -> None:
+    body = encode_record(record, chain, seq)
+    assert encode_record(record, chain, seq) == body
+    c, s, back = decode_record(body)
+    assert (c, s, back) == (chain, seq, record)
+    assert encode_record(back, c, s) == body
+
+
+@settings(max_examples=200, deadline=None)
+@given(records, chains, seqs)
+def test_matches_jcs_rules(record: AuditRecord, chain: str, seq: int) -> None:
+    """Sorted keys, no whitespace, no null, UTF-8 — what an independent implementation produces."""
+    body = encode_record(record, chain, seq)
+    obj = json.loads(body)
+
+    def strip(o):  # independent reference: sort keys by UTF-16 code units, as RFC 8785 does
+        if isinstance(o, dict):
+            return {k: strip(o[k]) for k in sorted(o, key=lambda k: k.encode("utf-16-be"))}
+        return o
+
+    assert "null" not in json.dumps([v for v in obj.values() if v is None])
+    assert all(v is not None for v in obj.values())
+    ref = json.dumps(strip(obj), separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    assert ref == body
+
+
+@settings(max_examples=200, deadline=None)
+@given(records, chains, seqs, st.data())
+def test_any_non_canonical_variant_is_rejected(record: AuditRecord, chain: str, seq: int, data) -> None:
+    body = encode_record(record, chain, seq)
+    obj = json.loads(body)
+    variant = data.draw(
+        st.sampled_from(
+            [
+                json.dumps(obj, separators=(", ", ":"), ensure_ascii=False),
+                json.dumps(obj, separators=(",", ":"), ensure_ascii=True),
+                json.dumps(dict(reversed(list(obj.items()))), separators=(",", ":"), ensure_ascii=False),
+                json.dumps({**obj, "model": None}, separators=(",", ":"), sort_keys=True, ensure_ascii=False),
+            ]
+        )
+    ).encode("utf-8")
+    if variant != body:
+        with pytest.raises(AuditEncodingError):
+            decode_record(variant)
+
+
+def test_known_vector() -> None:
+    r = AuditRecord(
+        event=EventType.RPC,
+        time_ms=1767225600123,
+        principal="张三",
+        method="/xinserve.v1.InferenceService/Generate",
+        outcome="OK",
+        latency_us=850,
+        detail={"b": 1, "a": "x\n"},
+    )
+    assert encode_record(r, "node-a", 7) == (
+        '{"chain":"node-a","detail":{"a":"x\\n","b":1},"event":"rpc","latency_us":850,'
+        '"method":"/xinserve.v1.InferenceService/Generate","outcome":"OK","principal":"张三",'
+        '"seq":7,"time_ms":1767225600123,"v":1}'
+    ).encode("utf-8")
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [
+        {"latency_us": 1.5},
+        {"latency_us": 2**53},
+        {"prompt_tokens": True},
+        {"principal": "\ud800"},
+        {"prompt_sm3": "ABCD"},
+        {"detail": {"Bad-Key": 1}},
+        {"detail": {"k": 1.0}},
+        {"detail": {"k": None}},
+    ],
+)
+def test_invalid_values_are_refused(kw) -> None:
+    with pytest.raises(AuditEncodingError):
+        encode_record(AuditRecord(event=EventType.RPC, **kw), "c", 1)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b'{"chain":"c","event":"rpc","outcome":"OK","seq":1,"time_ms":1.0,"v":1}',
+        b'{"chain":"c","event":"rpc","outcome":"OK","seq":1,"time_ms":1,"v":1,"v":1}',
+        b'{"chain":"c","event":"rpc","outcome":"OK","seq":1,"time_ms":1,"v":1,"extra":1}',
+        b'{"chain":"c","event":"nope","outcome":"OK","seq":1,"time_ms":1,"v":1}',
+        b"\xff",
+        b"[]",
+    ],
+)
+def test_malformed_bodies_are_refused(body: bytes) -> None:
+    with pytest.raises(AuditEncodingError):
+        decode_record(body)
