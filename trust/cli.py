@@ -24,6 +24,10 @@ EXIT_USAGE = 2
 EXIT_ENV = 3
 
 _ENV_REASONS = {Reason.IO_ERROR}
+_EPILOG = (
+    "exit codes: 0 ok, 1 verification failed, 2 usage or bad input (key, password, trust store), "
+    "3 environment error (missing file or directory, I/O). Format and key handling: docs/signing.md"
+)
 
 
 def _err(msg: str) -> None:
@@ -270,7 +274,7 @@ def add_commands(subparsers: Any) -> None:
     """Register ``keys``, ``sign`` and ``verify`` on the ``xinserve`` command's subparsers."""
     keys = subparsers.add_parser("keys", help="generate SM2 keys, manage a trust store")
     ks = keys.add_subparsers(dest="keys_command", metavar="ACTION", required=True)
-    g = ks.add_parser("generate", help="generate an SM2 key pair (PKCS#8 + SubjectPublicKeyInfo PEM)")
+    g = ks.add_parser("generate", help="generate an SM2 key pair (PKCS#8 + SubjectPublicKeyInfo PEM)", epilog=_EPILOG)
     g.add_argument("--private-key", required=True, help="where to write the private key (mode 0600)")
     g.add_argument("--public-key", help="where to write the public key (default: <private>.pub.pem)")
     g.add_argument("--password", metavar="env:VAR|file:PATH", help="encrypt the private key (SM4-CBC, PBKDF2)")
@@ -295,8 +299,14 @@ def add_commands(subparsers: Any) -> None:
 
     sign = subparsers.add_parser("sign", help="sign a model directory or a container image with SM2")
     ss = sign.add_subparsers(dest="sign_command", metavar="WHAT", required=True)
-    sm = ss.add_parser("model", help="hash every file (SM3) and write a detached DSSE signature into DIR")
-    sm.add_argument("directory", metavar="DIR")
+    sm = ss.add_parser(
+        "model",
+        help="hash every file (SM3) and write a detached DSSE signature into DIR",
+        description="Hash every file of DIR with SM3 (in parallel), sign the canonical manifest with SM2 and "
+        "write it as DIR/xinserve-model.sig.dsse.json (replacing an older one).",
+        epilog=_EPILOG,
+    )
+    sm.add_argument("directory", metavar="DIR", help="the model directory")
     _add_key_args(sm)
     sm.add_argument("--name", help="model name in the signature (default: the directory name)")
     sm.add_argument(
@@ -304,7 +314,13 @@ def add_commands(subparsers: Any) -> None:
     )
     _add_common(sm)
     sm.set_defaults(func=_run(_sign_model))
-    si = ss.add_parser("image", help="sign an OCI image by digest or from an OCI image layout")
+    si = ss.add_parser(
+        "image",
+        help="sign an OCI image by digest or from an OCI image layout",
+        description="Sign the digest an image is named by: the one given, or the descriptor index.json of "
+        "an OCI layout points to (the image index for a multi-platform image).",
+        epilog=_EPILOG,
+    )
     src = si.add_mutually_exclusive_group(required=True)
     src.add_argument("--digest", help="sha256:<hex> of the image manifest or index")
     src.add_argument("--layout", help="OCI image-layout directory (index.json)")
@@ -317,21 +333,28 @@ def add_commands(subparsers: Any) -> None:
 
     verify = subparsers.add_parser("verify", help="verify a model directory or an image against a trust store")
     vs = verify.add_subparsers(dest="verify_command", metavar="WHAT", required=True)
-    vm = vs.add_parser("model", help="verify DIR's signature and every file's SM3 digest")
-    vm.add_argument("directory", metavar="DIR")
-    vm.add_argument("--trust-store", required=True, metavar="DIR")
+    vm = vs.add_parser(
+        "model",
+        help="verify DIR's signature and every file's SM3 digest",
+        description="Check DIR/xinserve-model.sig.dsse.json against the trust store, then that DIR holds "
+        "exactly the signed files with the signed SM3 digests. On failure prints a reason code "
+        "(unsigned, file_modified, file_added, untrusted_key, ...).",
+        epilog=_EPILOG,
+    )
+    vm.add_argument("directory", metavar="DIR", help="the model directory")
+    vm.add_argument("--trust-store", required=True, metavar="DIR", help="trust store directory")
     vm.add_argument("--name", help="require this model name in the signature")
     vm.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
     _add_common(vm)
     vm.set_defaults(func=_run(_verify_model))
-    vi = vs.add_parser("image", help="verify an image signature")
+    vi = vs.add_parser("image", help="verify an image signature", epilog=_EPILOG)
     src = vi.add_mutually_exclusive_group(required=True)
     src.add_argument("--digest", help="sha256:<hex> the signature must cover")
     src.add_argument("--layout", help="OCI image-layout directory")
     vi.add_argument("--signature", help="DSSE envelope file (default with --layout: attached referrers)")
     vi.add_argument("--reference", help="require this image reference in the signature")
     vi.add_argument("--ref-name", help="pick the image by ref.name annotation in index.json")
-    vi.add_argument("--trust-store", required=True, metavar="DIR")
+    vi.add_argument("--trust-store", required=True, metavar="DIR", help="trust store directory")
     vi.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
     vi.set_defaults(func=_run(_verify_image))
 
