@@ -37,11 +37,13 @@ def unique_entries(min_size: int = 0, max_size: int = 20):
     return st.lists(entry, min_size=min_size, max_size=max_size, unique_by=lambda e: e.name.casefold())
 
 
+@settings(deadline=None)
 @given(path)
 def test_valid_paths_are_accepted(p: str) -> None:
     assert check_path(p) == p
 
 
+@settings(deadline=None)
 @given(st.lists(segment, min_size=0, max_size=3), st.lists(segment, min_size=0, max_size=3))
 def test_dotdot_anywhere_is_a_path_escape(before: list[str], after: list[str]) -> None:
     with pytest.raises(VerificationError) as ei:
@@ -49,6 +51,7 @@ def test_dotdot_anywhere_is_a_path_escape(before: list[str], after: list[str]) -
     assert ei.value.reason == Reason.PATH_ESCAPE
 
 
+@settings(deadline=None)
 @given(path)
 def test_absolute_path_is_a_path_escape(p: str) -> None:
     with pytest.raises(VerificationError) as ei:
@@ -56,6 +59,7 @@ def test_absolute_path_is_a_path_escape(p: str) -> None:
     assert ei.value.reason == Reason.PATH_ESCAPE
 
 
+@settings(deadline=None)
 @given(st.lists(segment, min_size=1, max_size=3), st.sampled_from(["", "."]), st.integers(0, 3))
 def test_empty_or_dot_parts_are_invalid(parts: list[str], bad: str, at: int) -> None:
     parts.insert(min(at, len(parts)), bad)
@@ -65,6 +69,7 @@ def test_empty_or_dot_parts_are_invalid(parts: list[str], bad: str, at: int) -> 
     assert ei.value.reason == (Reason.PATH_ESCAPE if parts[0] == "" else Reason.INVALID_PATH)
 
 
+@settings(deadline=None)
 @given(path, st.sampled_from(["\\", "\x00", "\n", "\x1f"]))
 def test_backslash_and_control_characters_are_invalid(p: str, c: str) -> None:
     with pytest.raises(VerificationError) as ei:
@@ -72,6 +77,7 @@ def test_backslash_and_control_characters_are_invalid(p: str, c: str) -> None:
     assert ei.value.reason == Reason.INVALID_PATH
 
 
+@settings(deadline=None)
 @given(path)
 def test_non_nfc_paths_are_invalid(p: str) -> None:
     nfd = unicodedata.normalize("NFD", p + "é")
@@ -80,6 +86,7 @@ def test_non_nfc_paths_are_invalid(p: str) -> None:
     assert ei.value.reason == Reason.INVALID_PATH
 
 
+@settings(deadline=None)
 @given(unique_entries(), st.randoms(use_true_random=False))
 def test_canonical_form_is_order_independent_and_idempotent(entries: list[FileEntry], rnd) -> None:
     canon = canonical_entries(entries)
@@ -92,6 +99,7 @@ def test_canonical_form_is_order_independent_and_idempotent(entries: list[FileEn
     assert names == sorted(names)
 
 
+@settings(deadline=None)
 @given(unique_entries())
 def test_canonical_json_roundtrips(entries: list[FileEntry]) -> None:
     canon = canonical_entries(entries)
@@ -101,6 +109,7 @@ def test_canonical_json_roundtrips(entries: list[FileEntry]) -> None:
     assert json.dumps(json.loads(data), sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode() == data
 
 
+@settings(deadline=None)
 @given(unique_entries(min_size=1), st.data())
 def test_any_change_changes_the_digest(entries: list[FileEntry], data) -> None:
     canon = canonical_entries(entries)
@@ -121,19 +130,23 @@ def test_any_change_changes_the_digest(entries: list[FileEntry], data) -> None:
     assert manifest_digest(other) != manifest_digest(canon)
 
 
+@settings(deadline=None)
 @given(unique_entries(min_size=1), st.data())
 def test_duplicates_and_case_collisions_are_rejected(entries: list[FileEntry], data) -> None:
     e = data.draw(st.sampled_from(entries))
     with pytest.raises(VerificationError) as ei:
         canonical_entries([*entries, e])
     assert ei.value.reason == Reason.DUPLICATE_ENTRY
-    swapped = e.name.swapcase()
-    assume(swapped != e.name and swapped.casefold() == e.name.casefold() and unicodedata.is_normalized("NFC", swapped))
+    base = data.draw(st.from_regex(r"[a-z][a-z0-9_]{0,7}", fullmatch=True))
+    assume(all(x.name.casefold() != base for x in entries))
+    variant = data.draw(st.sampled_from([base.upper(), base.capitalize(), base.swapcase()]))
+    assume(variant != base)
     with pytest.raises(VerificationError) as ei:
-        canonical_entries([*entries, FileEntry(swapped, 0, e.digest)])
+        canonical_entries([*entries, FileEntry(base, 0, e.digest), FileEntry(variant, 1, e.digest)])
     assert ei.value.reason == Reason.CASE_COLLISION
 
 
+@settings(deadline=None)
 @given(unique_entries(min_size=2))
 def test_non_canonical_order_is_rejected_when_parsing(entries: list[FileEntry]) -> None:
     canon = canonical_entries(entries)

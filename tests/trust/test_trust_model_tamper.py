@@ -363,3 +363,26 @@ def test_parallel_and_serial_hashing_agree(signed: Path, ctx: Ctx) -> None:
     totals: list[int] = []
     verify_model(signed, ctx["store"], progress=seen.append, on_total=totals.append)
     assert sum(seen) == totals[0] == a.total_bytes
+
+
+def _cosign(d: Path, *keys: Sm2PrivateKey) -> None:
+    """Replace the envelope's signatures with one per key over the same payload."""
+    env = load_env(d)
+    payload = base64.b64decode(env["payload"])
+    env["signatures"] = [
+        {"keyid": k.public_key().key_id, "sig": base64.b64encode(k.sign(pae(env["payloadType"], payload))).decode()}
+        for k in keys
+    ]
+    save_env(d, env)
+
+
+def test_one_trusted_signature_among_several_suffices(signed: Path, ctx: Ctx) -> None:
+    _cosign(signed, ctx["other_key"], ctx["revoked_key"], ctx["key"])
+    assert verify_model(signed, ctx["store"], "m").key_name == "release"
+
+
+def test_without_a_good_signature_the_most_telling_reason_wins(signed: Path, ctx: Ctx) -> None:
+    _cosign(signed, ctx["other_key"], ctx["revoked_key"])
+    with pytest.raises(VerificationError) as ei:
+        verify_model(signed, ctx["store"], "m")
+    assert ei.value.reason == Reason.REVOKED_KEY
