@@ -286,4 +286,17 @@ __all__ = [
     "canonical_json",
     "sign_model",
     "verify_model",
+    "verify_model_async",
 ]
+
+
+async def verify_model_async(
+    model_dir: str | os.PathLike[str],
+    trust_store: TrustStore,
+    model_name: str | None = None,
+    **kwargs: Any,
+) -> ModelVerification:
+    """:func:`verify_model` in a worker thread, for asyncio callers (the event loop never blocks)."""
+    import asyncio
+
+    return await asyncio.to_thread(verify_model, model_dir, trust_store, model_name, **kwargs)

@@ -386,3 +386,14 @@ def test_without_a_good_signature_the_most_telling_reason_wins(signed: Path, ctx
     with pytest.raises(VerificationError) as ei:
         verify_model(signed, ctx["store"], "m")
     assert ei.value.reason == Reason.REVOKED_KEY
+
+
+async def test_async_wrapper_runs_off_the_event_loop(signed: Path, ctx: Ctx) -> None:
+    from trust.model_signing import verify_model_async
+
+    res = await verify_model_async(signed, ctx["store"], "m")
+    assert res.key_name == "release"
+    (signed / "config.json").unlink()
+    with pytest.raises(VerificationError) as ei:
+        await verify_model_async(signed, ctx["store"], "m")
+    assert ei.value.reason == Reason.FILE_MISSING
