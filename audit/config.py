@@ -85,9 +85,7 @@ class AuditSettings(BaseModel):
     def _consistent(self) -> AuditSettings:
         if self.store is StoreKind.POSTGRESQL and self.dsn is None:
             raise ValueError("store = postgresql needs dsn")
-        if (self.content_capture or self.archive_encrypt) and not (
-            self.content_key_path or self.content_key_env
-        ):
+        if (self.content_capture or self.archive_encrypt) and not (self.content_key_path or self.content_key_env):
             raise ValueError("content_capture and archive_encrypt need content_key_path or content_key_env")
         return self
 

@@ -108,9 +108,7 @@ class AuditLog:
         self._max_batch = max_batch
         self._clock = clock
         self.settings = settings
-        self._executor = concurrent.futures.ThreadPoolExecutor(
-            max_workers=1, thread_name_prefix="audit-writer"
-        )
+        self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="audit-writer")
         self._store: Store | None = None
         self._state = _ChainState()
         self._queue: asyncio.Queue[_Item | None] = asyncio.Queue()
@@ -223,8 +221,7 @@ class AuditLog:
                 except InvalidSignature:
                     store.close()
                     raise AuditIntegrityError(
-                        f"the last audit checkpoint (n={cp.n}) has an invalid signature; "
-                        "run `xinserve audit verify`"
+                        f"the last audit checkpoint (n={cp.n}) has an invalid signature; run `xinserve audit verify`"
                     ) from None
             elif verifier is not None:
                 log.warning("audit_checkpoint_key_rotated", chain=self.chain, old_key_id=cp.key_id)
@@ -241,8 +238,7 @@ class AuditLog:
                 if at is not None and at != cp.head:
                     store.close()
                     raise AuditIntegrityError(
-                        f"record {cp.tree_size} does not match checkpoint n={cp.n}; "
-                        "run `xinserve audit verify`"
+                        f"record {cp.tree_size} does not match checkpoint n={cp.n}; run `xinserve audit verify`"
                     )
             # Re-chain the unsigned tail (records after the last checkpoint) to verify it.
             if head is not None and head[0] > cp.tree_size:
@@ -269,9 +265,7 @@ class AuditLog:
                 h = chain_hash(h, body)
                 if seq != expect or h != stored_hash:
                     store.close()
-                    raise AuditIntegrityError(
-                        f"audit record {expect} does not chain; run `xinserve audit verify`"
-                    )
+                    raise AuditIntegrityError(f"audit record {expect} does not chain; run `xinserve audit verify`")
                 expect += 1
                 tail += 1
             st.seq, st.head = head
@@ -593,9 +587,7 @@ class AuditLog:
             else:
                 item.future.set_exception(AuditUnavailable(UNAVAILABLE_MESSAGE))
         if self.failure_policy is FailurePolicy.LOG_AND_CONTINUE:
-            log.warning(
-                "audit_records_backlogged", chain=self.chain, backlog=len(st.backlog), lost=st.pending_lost
-            )
+            log.warning("audit_records_backlogged", chain=self.chain, backlog=len(st.backlog), lost=st.pending_lost)
 
     # ------------------------------------------------------------------ ticker
 
@@ -607,10 +599,7 @@ class AuditLog:
             delay = self.checkpoint_interval_s if self._healthy else self._retry_interval_s
             elapsed = time.monotonic() - self._last_cp_monotonic
             await asyncio.sleep(max(0.05, delay - elapsed) if self._healthy else delay)
-            if (
-                self._healthy
-                and time.monotonic() - self._last_cp_monotonic < self.checkpoint_interval_s * 0.95
-            ):
+            if self._healthy and time.monotonic() - self._last_cp_monotonic < self.checkpoint_interval_s * 0.95:
                 continue
             with contextlib.suppress(AuditError):
                 await self._submit("cp", (CheckpointKind.PERIODIC, {}))
@@ -644,6 +633,4 @@ def load_signer(settings: AuditSettings) -> Any:
     try:
         return Sm2PrivateKey.from_pem(data, password=password)
     except KeyFormatError:
-        raise AuditConfigError(
-            "the audit signing key is not a valid SM2 private key (or wrong password)"
-        ) from None
+        raise AuditConfigError("the audit signing key is not a valid SM2 private key (or wrong password)") from None

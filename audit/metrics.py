@@ -8,9 +8,7 @@ RECORDS = Counter("xinserve_audit_records_total", "Audit records durably appende
 APPEND_FAILURES = Counter(
     "xinserve_audit_append_failures_total", "Audit records that could not be stored when appended."
 )
-RECORDS_LOST = Counter(
-    "xinserve_audit_records_lost_total", "Records dropped by the log_and_continue backlog overflow."
-)
+RECORDS_LOST = Counter("xinserve_audit_records_lost_total", "Records dropped by the log_and_continue backlog overflow.")
 HEALTHY = Gauge("xinserve_audit_healthy", "1 when the audit store accepts writes, 0 otherwise.")
 COMMIT_SECONDS = Histogram(
     "xinserve_audit_commit_duration_seconds",

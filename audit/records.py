@@ -192,9 +192,7 @@ def record_to_obj(record: AuditRecord, chain: str, seq: int) -> dict[str, Any]:
 
 def canonical_json(obj: Mapping[str, Any]) -> bytes:
     """Serialise an already validated object canonically (see the module docstring)."""
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode(
-        "utf-8"
-    )
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode("utf-8")
 
 
 def encode_record(record: AuditRecord, chain: str, seq: int) -> bytes:

@@ -79,8 +79,7 @@ class ChainReport:
             "recoveries": self.recoveries,
             "purges": self.purges,
             "problems": [
-                {"kind": p.kind, "message": p.message, "seq": p.seq, "checkpoint": p.checkpoint}
-                for p in self.problems
+                {"kind": p.kind, "message": p.message, "seq": p.seq, "checkpoint": p.checkpoint} for p in self.problems
             ],
         }
 
@@ -130,9 +129,7 @@ def verify_store(
     reports = []
     for c in chains:
         chain_anchors = [a for a in anchors if a.checkpoint.chain == c]
-        reports.append(
-            _verify_chain(store, c, trusted, start, end, now_ms, chain_anchors, tolerance_ms, progress)
-        )
+        reports.append(_verify_chain(store, c, trusted, start, end, now_ms, chain_anchors, tolerance_ms, progress))
     return VerifyReport(reports)
 
 
@@ -158,37 +155,27 @@ def _verify_checkpoints(
             continue
         report.checkpoints_checked += 1
         if cp.n != n or cp.chain != chain:
-            problems.append(
-                Problem("checkpoint_misplaced", f"checkpoint stored as n={n} says n={cp.n}", checkpoint=n)
-            )
+            problems.append(Problem("checkpoint_misplaced", f"checkpoint stored as n={n} says n={cp.n}", checkpoint=n))
             continue
         key = trusted.get(cp.key_id)
         if key is None:
             problems.append(
-                Problem(
-                    "checkpoint_untrusted_key", f"checkpoint {n} is signed by an untrusted key", checkpoint=n
-                )
+                Problem("checkpoint_untrusted_key", f"checkpoint {n} is signed by an untrusted key", checkpoint=n)
             )
             continue
         try:
             key.verify(signature, payload)
         except InvalidSignature:
-            problems.append(
-                Problem("checkpoint_bad_signature", f"checkpoint {n}: invalid signature", checkpoint=n)
-            )
+            problems.append(Problem("checkpoint_bad_signature", f"checkpoint {n}: invalid signature", checkpoint=n))
             continue
         if n != expect_n:
             problems.append(
-                Problem(
-                    "checkpoint_missing", f"checkpoints {expect_n}..{n - 1} are missing", checkpoint=expect_n
-                )
+                Problem("checkpoint_missing", f"checkpoints {expect_n}..{n - 1} are missing", checkpoint=expect_n)
             )
         if prev is not None and n == prev.n + 1:
             if cp.prev != prev.digest():
                 problems.append(
-                    Problem(
-                        "checkpoint_chain_broken", f"checkpoint {n} does not link to {prev.n}", checkpoint=n
-                    )
+                    Problem("checkpoint_chain_broken", f"checkpoint {n} does not link to {prev.n}", checkpoint=n)
                 )
             if cp.time_ms < prev.time_ms or cp.tree_size < prev.tree_size:
                 problems.append(
@@ -196,9 +183,7 @@ def _verify_checkpoints(
                 )
             if prev.kind is CheckpointKind.CLOSE:
                 if cp.kind not in (CheckpointKind.OPEN, CheckpointKind.RECOVERY):
-                    problems.append(
-                        Problem("checkpoint_after_close", f"checkpoint {n} follows a close", checkpoint=n)
-                    )
+                    problems.append(Problem("checkpoint_after_close", f"checkpoint {n} follows a close", checkpoint=n))
                 elif cp.tree_size != prev.tree_size:
                     problems.append(
                         Problem(
@@ -242,15 +227,9 @@ def _purge_ok(cp: Checkpoint, report: ChainReport) -> bool:
         days = int(x["retention_days"])
         bytes.fromhex(str(x["anchor_hash"]))
     except (KeyError, ValueError, TypeError):
-        report.problems.append(
-            Problem("purge_malformed", f"purge checkpoint {cp.n} is malformed", checkpoint=cp.n)
-        )
+        report.problems.append(Problem("purge_malformed", f"purge checkpoint {cp.n} is malformed", checkpoint=cp.n))
         return False
-    if (
-        days < MIN_RETENTION_DAYS
-        or cutoff > cp.time_ms - MIN_RETENTION_DAYS * DAY_MS
-        or through > cp.tree_size
-    ):
+    if days < MIN_RETENTION_DAYS or cutoff > cp.time_ms - MIN_RETENTION_DAYS * DAY_MS or through > cp.tree_size:
         report.problems.append(
             Problem(
                 "purge_too_early",
@@ -286,9 +265,7 @@ def _verify_chain(
         key = trusted.get(a.checkpoint.key_id)
         held = raw_by_n.get(a.checkpoint.n)
         if key is None:
-            problems.append(
-                Problem("anchor_untrusted", f"anchor {a.checkpoint.n} is not signed by a trusted key")
-            )
+            problems.append(Problem("anchor_untrusted", f"anchor {a.checkpoint.n} is not signed by a trusted key"))
         elif held is None or held[0] != a.payload:
             problems.append(
                 Problem(
@@ -409,9 +386,7 @@ def _verify_chain(
     mismatch = store.column_mismatches(chain, lo, hi)
     if mismatch is not None:
         problems.append(
-            Problem(
-                "record_altered", f"indexed columns of record {mismatch} disagree with its body", seq=mismatch
-            )
+            Problem("record_altered", f"indexed columns of record {mismatch} disagree with its body", seq=mismatch)
         )
     if end is None and last_cp is not None:
         report.unsigned_tail = max(0, last_present - covered)
@@ -426,9 +401,7 @@ def _verify_chain(
                 )
             else:
                 last_rec = next(iter(store.records(chain, last_present, last_present)), None)
-                if last_rec is not None and last_rec.time_ms - last_cp.time_ms > tolerance_ms(
-                    last_cp.interval_s
-                ):
+                if last_rec is not None and last_rec.time_ms - last_cp.time_ms > tolerance_ms(last_cp.interval_s):
                     problems.append(
                         Problem(
                             "tail_unsigned",

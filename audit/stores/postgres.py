@@ -126,9 +126,7 @@ class PostgresStore(Store):
         self._locked_chain = chain
 
     def head(self, chain: str) -> tuple[int, bytes] | None:
-        rows = self._run(
-            "SELECT seq, hash FROM audit_records WHERE chain = %s ORDER BY seq DESC LIMIT 1", (chain,)
-        )
+        rows = self._run("SELECT seq, hash FROM audit_records WHERE chain = %s ORDER BY seq DESC LIMIT 1", (chain,))
         return (int(rows[0][0]), bytes(rows[0][1])) if rows else None
 
     def last_checkpoint(self, chain: str) -> SignedCheckpoint | None:
@@ -214,15 +212,11 @@ class PostgresStore(Store):
         return int(rows[0][0]) if rows and rows[0][0] is not None else None
 
     def raw_checkpoints(self, chain: str) -> list[tuple[int, bytes, bytes]]:
-        rows = self._run(
-            "SELECT n, payload, signature FROM audit_checkpoints WHERE chain = %s ORDER BY n", (chain,)
-        )
+        rows = self._run("SELECT n, payload, signature FROM audit_checkpoints WHERE chain = %s ORDER BY n", (chain,))
         return [(int(r[0]), bytes(r[1]), bytes(r[2])) for r in rows]
 
     def chains(self) -> list[str]:
-        rows = self._run(
-            "SELECT chain FROM audit_checkpoints UNION SELECT chain FROM audit_records ORDER BY 1"
-        )
+        rows = self._run("SELECT chain FROM audit_checkpoints UNION SELECT chain FROM audit_records ORDER BY 1")
         return [str(r[0]) for r in rows]
 
     def bounds(self, chain: str) -> tuple[int, int] | None:
@@ -251,9 +245,7 @@ class PostgresStore(Store):
             raise _wrap(exc) from None
 
     def first_seq_at_or_after(self, chain: str, time_ms: int) -> int | None:
-        rows = self._run(
-            "SELECT min(seq) FROM audit_records WHERE chain = %s AND time_ms >= %s", (chain, time_ms)
-        )
+        rows = self._run("SELECT min(seq) FROM audit_records WHERE chain = %s AND time_ms >= %s", (chain, time_ms))
         return int(rows[0][0]) if rows and rows[0][0] is not None else None
 
     def query(self, flt: QueryFilter) -> Iterator[StoredRecord]:

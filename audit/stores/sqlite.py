@@ -151,9 +151,7 @@ class SqliteStore(Store):
             db.execute("BEGIN IMMEDIATE")
             try:
                 _insert_checkpoint(db, checkpoint)
-                n = db.execute(
-                    "DELETE FROM audit_records WHERE chain = ? AND seq <= ?", (chain, through_seq)
-                ).rowcount
+                n = db.execute("DELETE FROM audit_records WHERE chain = ? AND seq <= ?", (chain, through_seq)).rowcount
                 db.execute("COMMIT")
             except BaseException:
                 with contextlib.suppress(sqlite3.Error):
@@ -165,8 +163,7 @@ class SqliteStore(Store):
 
     def iter_hashes(self, chain: str, start: int, end: int | None) -> Iterator[tuple[int, bytes, bytes]]:
         cur = self._exec(
-            "SELECT seq, body, hash FROM audit_records"
-            " WHERE chain = ? AND seq >= ? AND seq <= ? ORDER BY seq",
+            "SELECT seq, body, hash FROM audit_records WHERE chain = ? AND seq >= ? AND seq <= ? ORDER BY seq",
             (chain, start, end if end is not None else 2**62),
         )
         try:
@@ -212,9 +209,7 @@ class SqliteStore(Store):
         return (int(row[0]), int(row[1])) if row and row[0] is not None else None
 
     def hash_at(self, chain: str, seq: int) -> bytes | None:
-        row = self._exec(
-            "SELECT hash FROM audit_records WHERE chain = ? AND seq = ?", (chain, seq)
-        ).fetchone()
+        row = self._exec("SELECT hash FROM audit_records WHERE chain = ? AND seq = ?", (chain, seq)).fetchone()
         return bytes(row[0]) if row else None
 
     def records(self, chain: str, start: int, end: int) -> Iterator[StoredRecord]:

@@ -6,6 +6,8 @@ from __future__ import annotations
 import glob
 import itertools
 import os
+import shutil
+import tempfile
 import sqlite3
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -31,6 +33,27 @@ else:
     @pytest.fixture(scope="session")
     def postgresql_proc() -> Any:
         pytest.skip("PostgreSQL server binaries not installed (run scripts/bootstrap)")
+
+
+@pytest.fixture(scope="session")
+def tmp_path_factory(request: pytest.FixtureRequest) -> Iterator[pytest.TempPathFactory]:
+    """A private temp root for this directory's tests.
+
+    pytest deletes all but the newest three ``/tmp/pytest-of-<user>/pytest-N`` directories at
+    the start of every run; on a machine where several pytest runs overlap (CI runners with
+    parallel jobs, a shared dev box) that removes the throwaway PostgreSQL cluster's data
+    directory under a running server. A private root is never touched by other runs.
+    """
+    base = Path(tempfile.mkdtemp(prefix="xinserve-audit-tests-"))
+    factory = pytest.TempPathFactory(
+        given_basetemp=base,
+        retention_count=0,
+        retention_policy="none",
+        trace=request.config.trace.get("tmpdir"),
+        _ispytest=True,
+    )
+    yield factory
+    shutil.rmtree(base, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

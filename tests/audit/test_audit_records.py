@@ -103,11 +103,14 @@ def test_known_vector() -> None:
         latency_us=850,
         detail={"b": 1, "a": "x\n"},
     )
-    assert encode_record(r, "node-a", 7) == (
-        '{"chain":"node-a","detail":{"a":"x\\n","b":1},"event":"rpc","latency_us":850,'
-        '"method":"/xinserve.v1.InferenceService/Generate","outcome":"OK","principal":"张三",'
-        '"seq":7,"time_ms":1767225600123,"v":1}'
-    ).encode("utf-8")
+    assert (
+        encode_record(r, "node-a", 7)
+        == (
+            '{"chain":"node-a","detail":{"a":"x\\n","b":1},"event":"rpc","latency_us":850,'
+            '"method":"/xinserve.v1.InferenceService/Generate","outcome":"OK","principal":"张三",'
+            '"seq":7,"time_ms":1767225600123,"v":1}'
+        ).encode()
+    )
 
 
 @pytest.mark.parametrize(
