@@ -7,8 +7,8 @@ import glob
 import itertools
 import os
 import shutil
-import tempfile
 import sqlite3
+import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
