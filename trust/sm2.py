@@ -235,18 +235,28 @@ class Sm2PrivateKey:
     __slots__ = ("_d", "_public")
 
     def __init__(self, d: bytes, public: Sm2PublicKey | None = None) -> None:
+        """From the 32-byte scalar and, if known, its public key (checked against the scalar).
+
+        With ``public`` the pair is checked by a GmSSL sign + verify (constant-time code on the
+        secret). Without it the public key is derived with the plain-integer arithmetic of
+        ``trust._curve``, which is not constant-time: acceptable for a one-off local key load, and
+        only needed for keys whose PKCS#8 lacks the public point (OpenSSL and xinserve include it).
+        """
         if len(d) != 32:
             raise KeyFormatError("SM2 private key scalar must be 32 bytes")
         k = int.from_bytes(d, "big")
         if not 1 <= k <= _N - 2:
             raise KeyFormatError("SM2 private key scalar out of range")
-        point = _CURVE.mul(k)
-        assert point is not None
-        derived = Sm2PublicKey(point[0].to_bytes(32, "big") + point[1].to_bytes(32, "big"))
-        if public is not None and public != derived:
-            raise KeyFormatError("private key and its embedded public key do not match")
+        if public is None:
+            point = _CURVE.mul(k)
+            assert point is not None
+            public = Sm2PublicKey(point[0].to_bytes(32, "big") + point[1].to_bytes(32, "big"))
         self._d = bytes(d)
-        self._public = derived
+        self._public = public
+        try:
+            self.sign(b"xinserve key pair check")
+        except Exception:
+            raise KeyFormatError("private key and its embedded public key do not match") from None
 
     @classmethod
     def generate(cls) -> Sm2PrivateKey:

@@ -254,3 +254,15 @@ def test_random_bytes_never_crash_key_parsing(blob: bytes) -> None:
 
 
 _SESSION_KEY = Sm2PrivateKey.generate()
+
+
+def test_pkcs8_without_public_point_derives_it(key: Sm2PrivateKey) -> None:
+    from asn1crypto import keys as k
+
+    pki = k.PrivateKeyInfo.load(key.to_der())
+    ec = k.ECPrivateKey.load(pki["private_key"].contents)
+    bare = k.ECPrivateKey({"version": "ecPrivkeyVer1", "private_key": ec["private_key"].native})
+    der = k.PrivateKeyInfo(
+        {"version": 0, "private_key_algorithm": pki["private_key_algorithm"], "private_key": bare}
+    ).dump()
+    assert Sm2PrivateKey.from_der(der).public_key() == key.public_key()
