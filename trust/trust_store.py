@@ -192,6 +192,8 @@ class TrustStore:
         if tk is None:
             raise VerificationError(Reason.UNTRUSTED_KEY, f"key {key_id[:16]} is not in the trust store")
         now = now or datetime.now(UTC)
+        if now.tzinfo is None:  # a naive time is taken as UTC rather than crashing the comparison
+            now = now.replace(tzinfo=UTC)
         if tk.not_before and now < tk.not_before:
             raise VerificationError(Reason.KEY_NOT_YET_VALID, f"key {tk.name} is valid from {_fmt_time(tk.not_before)}")
         if tk.not_after and now >= tk.not_after:

@@ -93,3 +93,12 @@ def test_bad_key_file_and_missing_store(tmp_path: Path) -> None:
     (tmp_path / "bad.pem").write_text("-----BEGIN PUBLIC KEY-----\nAAAA\n-----END PUBLIC KEY-----\n")
     with pytest.raises(TrustStoreError):
         TrustStore.load(tmp_path)
+
+
+def test_naive_now_is_taken_as_utc(key: Sm2PrivateKey) -> None:
+    from trust.trust_store import TrustedKey
+
+    store = TrustStore.from_keys([TrustedKey("k", key.public_key(), not_after=datetime(2030, 1, 1, tzinfo=UTC))])
+    assert store.check(key.public_key().key_id, datetime(2029, 12, 31)).name == "k"
+    with pytest.raises(VerificationError):
+        store.check(key.public_key().key_id, datetime(2030, 1, 2))
