@@ -28,6 +28,7 @@ from google.protobuf import duration_pb2
 from google.rpc import code_pb2, error_details_pb2, status_pb2
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_status import rpc_status
+
 from xinserve.v1 import (
     common_pb2,
     inference_pb2,
@@ -149,6 +150,7 @@ class FakeInference(inference_pb2_grpc.InferenceServiceServicer):
         await _fail_on_demand(request.model, context, rid)
         await _validate(request, context)
         if request.prompt == "slow":
+            context.add_done_callback(lambda ctx: ctx.cancelled() and self.state.unary_cancelled.set())
             try:
                 await asyncio.sleep(10)
             except asyncio.CancelledError:
@@ -171,8 +173,12 @@ class FakeInference(inference_pb2_grpc.InferenceServiceServicer):
         rid = self._record(method, request, context)
         await _fail_on_demand(request.model, context, rid)
         await _validate(request, context)
+        # The RPC's own view of cancellation: a cancel can land while the server is writing a
+        # message rather than inside this generator, so don't rely on CancelledError alone.
+        context.add_done_callback(lambda ctx: ctx.cancelled() and self.state.stream_cancelled.set())
         self.state.stream_started.set()
         self.state.running += 1
+        completed = False
         try:
             if prompt == "forever":
                 i = 0
@@ -188,6 +194,7 @@ class FakeInference(inference_pb2_grpc.InferenceServiceServicer):
                     request_id=rid, index=0, text=text, token_ids=[2],
                     finish_reason=common_pb2.FINISH_REASON_STOP, usage=common_pb2.Usage(completion_tokens=2),
                 )  # fmt: skip
+                completed = True
                 return
             words = prompt.split() or ["empty"]
             for i, word in enumerate(words):
@@ -199,11 +206,14 @@ class FakeInference(inference_pb2_grpc.InferenceServiceServicer):
                         usage=common_pb2.Usage(prompt_tokens=len(words), completion_tokens=len(words)),
                     )
                 yield dict(request_id=rid, index=0, text=word + ("" if last else " "), token_ids=[i], **end)
+            completed = True
         except asyncio.CancelledError:
             self.state.stream_cancelled.set()
             raise
         finally:
             self.state.running -= 1
+            if not completed:  # closed early (GeneratorExit) or cancelled
+                self.state.stream_cancelled.set()
 
     async def GenerateStream(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         async for fields in self._stream(request, context, "GenerateStream", request.prompt):
@@ -216,11 +226,7 @@ class FakeInference(inference_pb2_grpc.InferenceServiceServicer):
         reply = "you said: " + request.messages[-1].content
         return inference_pb2.ChatResponse(
             request_id=rid,
-            outputs=[
-                inference_pb2.CompletionOutput(
-                    index=0, text=reply, finish_reason=common_pb2.FINISH_REASON_STOP
-                )
-            ],
+            outputs=[inference_pb2.CompletionOutput(index=0, text=reply, finish_reason=common_pb2.FINISH_REASON_STOP)],
             usage=common_pb2.Usage(prompt_tokens=len(request.messages), completion_tokens=1),
         )
 
@@ -427,15 +433,11 @@ def _cert(
         )  # fmt: skip
     if san_ip:
         builder = builder.add_extension(
-            x509.SubjectAlternativeName(
-                [x509.IPAddress(ipaddress.ip_address("127.0.0.1")), x509.DNSName("localhost")]
-            ),
+            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1")), x509.DNSName("localhost")]),
             critical=False,
         )
     if client or san_ip:
-        usage = (
-            x509.oid.ExtendedKeyUsageOID.CLIENT_AUTH if client else x509.oid.ExtendedKeyUsageOID.SERVER_AUTH
-        )
+        usage = x509.oid.ExtendedKeyUsageOID.CLIENT_AUTH if client else x509.oid.ExtendedKeyUsageOID.SERVER_AUTH
         builder = builder.add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
     return builder.sign(issuer_key, hashes.SHA256())
 

@@ -7,6 +7,7 @@ import re
 
 import grpc
 import pytest
+
 from xinserve_client import (
     AsyncXinserveClient,
     DeadlineExceededError,

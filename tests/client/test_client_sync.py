@@ -7,6 +7,7 @@ import time
 
 import grpc
 import pytest
+
 from xinserve.v1 import common_pb2, model_pb2
 from xinserve_client import (
     CancelledError,

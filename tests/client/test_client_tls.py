@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from xinserve_client import AsyncXinserveClient, UnavailableError, XinserveClient
 
 TINY = "xinserve-tiny-llama"

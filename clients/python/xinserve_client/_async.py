@@ -10,6 +10,7 @@ from typing import Any, Generic, TypeVar
 
 import grpc
 import grpc.aio
+
 from xinserve.v1 import (
     inference_pb2,
     inference_pb2_grpc,
@@ -314,9 +315,7 @@ class AsyncXinserveClient(_ClientBase):
         Raises:
             As :meth:`generate`; FailedPreconditionError for a model that cannot chat.
         """
-        request = self._chat_request(
-            model, messages, sampling_params, request_id, add_generation_prompt, sampling
-        )
+        request = self._chat_request(model, messages, sampling_params, request_id, add_generation_prompt, sampling)
         kwargs, rid = self._call_args(
             timeout=timeout, control=False, request_id=request_id, traceparent=traceparent,
             tracestate=tracestate, metadata=metadata,
@@ -343,9 +342,7 @@ class AsyncXinserveClient(_ClientBase):
             An :class:`AsyncResponseStream` of ``xinserve.v1.ChatStreamResponse`` (fields as in
             :meth:`generate_stream`). ``aclose()``/``close()`` cancels the call.
         """
-        request = self._chat_request(
-            model, messages, sampling_params, request_id, add_generation_prompt, sampling
-        )
+        request = self._chat_request(model, messages, sampling_params, request_id, add_generation_prompt, sampling)
         kwargs, rid = self._call_args(
             timeout=timeout, control=False, request_id=request_id, traceparent=traceparent,
             tracestate=tracestate, metadata=metadata,

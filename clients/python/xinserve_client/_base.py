@@ -136,9 +136,7 @@ class _ClientBase:
         add_generation_prompt: bool | None,
         sampling: dict[str, Any],
     ) -> inference_pb2.ChatRequest:
-        request = inference_pb2.ChatRequest(
-            model=model, messages=chat_messages(messages), request_id=request_id or ""
-        )
+        request = inference_pb2.ChatRequest(model=model, messages=chat_messages(messages), request_id=request_id or "")
         if add_generation_prompt is not None:
             request.add_generation_prompt = add_generation_prompt
         params = build_sampling_params(sampling_params, **sampling)
@@ -160,9 +158,7 @@ class _ClientBase:
         return request
 
     @staticmethod
-    def _tokenize_request(
-        model: str, text: str, add_special_tokens: bool | None
-    ) -> inference_pb2.TokenizeRequest:
+    def _tokenize_request(model: str, text: str, add_special_tokens: bool | None) -> inference_pb2.TokenizeRequest:
         request = inference_pb2.TokenizeRequest(model=model, text=text)
         if add_special_tokens is not None:
             request.add_special_tokens = add_special_tokens

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Union
 
 import grpc
+
 from xinserve.v1 import common_pb2, inference_pb2, sampling_pb2
 
 __all__ = [

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from typing import Any, Generic, TypeVar
 
 import grpc
+
 from xinserve.v1 import (
     inference_pb2,
     inference_pb2_grpc,
@@ -296,9 +297,7 @@ class XinserveClient(_ClientBase):
         Raises:
             As :meth:`generate`; FailedPreconditionError for a model that cannot chat.
         """
-        request = self._chat_request(
-            model, messages, sampling_params, request_id, add_generation_prompt, sampling
-        )
+        request = self._chat_request(model, messages, sampling_params, request_id, add_generation_prompt, sampling)
         kwargs, rid = self._call_args(
             timeout=timeout, control=False, request_id=request_id, traceparent=traceparent,
             tracestate=tracestate, metadata=metadata,
@@ -325,9 +324,7 @@ class XinserveClient(_ClientBase):
             A :class:`ResponseStream` of ``xinserve.v1.ChatStreamResponse`` (fields as in
             :meth:`generate_stream`). ``close()`` cancels the call.
         """
-        request = self._chat_request(
-            model, messages, sampling_params, request_id, add_generation_prompt, sampling
-        )
+        request = self._chat_request(model, messages, sampling_params, request_id, add_generation_prompt, sampling)
         kwargs, rid = self._call_args(
             timeout=timeout, control=False, request_id=request_id, traceparent=traceparent,
             tracestate=tracestate, metadata=metadata,
@@ -427,9 +424,7 @@ class XinserveClient(_ClientBase):
             finished id.
         """
         kwargs, rid = self._call_args(timeout=timeout, control=True, metadata=metadata)
-        response = self._unary(
-            self._inference.Abort, inference_pb2.AbortRequest(request_id=request_id), kwargs, rid
-        )
+        response = self._unary(self._inference.Abort, inference_pb2.AbortRequest(request_id=request_id), kwargs, rid)
         return bool(response.aborted)
 
     # -- models and server -------------------------------------------------------------

@@ -32,8 +32,7 @@ DEFAULT_GENERATE_MODEL = "xinserve-tiny-llama"
 DEFAULT_EMBED_MODEL = "all-MiniLM-L6-v2"
 
 _EXIT_CODES_HELP = (
-    "exit codes: 0 ok, 1 the server returned an error, 2 usage or invalid argument, "
-    "3 server unreachable/unavailable"
+    "exit codes: 0 ok, 1 the server returned an error, 2 usage or invalid argument, 3 server unreachable/unavailable"
 )
 
 
@@ -51,12 +50,8 @@ def add_commands(subparsers: Any) -> None:
         default=os.environ.get("XINSERVE_TARGET", DEFAULT_TARGET),
         help="server address host:port (env XINSERVE_TARGET; default %(default)s)",
     )
-    conn.add_argument(
-        "--ca", metavar="PEM", help="CA certificate (PEM file) to verify the server; turns TLS on"
-    )
-    conn.add_argument(
-        "--cert", metavar="PEM", help="client certificate chain (PEM file) for mTLS; needs --key"
-    )
+    conn.add_argument("--ca", metavar="PEM", help="CA certificate (PEM file) to verify the server; turns TLS on")
+    conn.add_argument("--cert", metavar="PEM", help="client certificate chain (PEM file) for mTLS; needs --key")
     conn.add_argument("--key", metavar="PEM", help="client private key (PEM file) for mTLS")
     conn.add_argument("--tls", action="store_true", help="use TLS with the system CA roots")
     conn.add_argument("--server-name", help="TLS name to check the server certificate against")
