@@ -17,12 +17,11 @@ from audit.records import AuditRecord, EventType
 from trust.sm2 import Sm2PrivateKey
 
 
-async def main(kind: str, where: str, key_path: str) -> None:
+async def main(kind: str, where: str, key: Sm2PrivateKey) -> None:
     if kind == "postgresql":
         settings = AuditSettings(store=StoreKind.POSTGRESQL, dsn=SecretStr(where), node_id="node-a")
     else:
         settings = AuditSettings(store=StoreKind.SQLITE, path=Path(where), node_id="node-a")
-    key = Sm2PrivateKey.from_pem(Path(key_path).read_bytes())
     log = await AuditLog.open(settings, key)
     print("open", flush=True)
 
@@ -40,4 +39,4 @@ async def main(kind: str, where: str, key_path: str) -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main(*sys.argv[1:4]))
+    asyncio.run(main(sys.argv[1], sys.argv[2], Sm2PrivateKey.from_pem(Path(sys.argv[3]).read_bytes())))

@@ -89,7 +89,7 @@ async def test_kill_9_writer_under_load_loses_no_acknowledged_record(backend: Ba
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE.parent.parent), str(HERE)])}
     acked: list[int] = []
     for _ in range(rounds):
-        proc = subprocess.Popen(
+        proc = subprocess.Popen(  # noqa: ASYNC220 - the test blocks on purpose while the writer runs
             [sys.executable, str(HERE / "audit_writer_proc.py"), backend.kind, where, str(key_pem)],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,

@@ -39,7 +39,7 @@ async def test_190_days_archives_then_purges_and_verifies(backend: Backend, key,
     assert result.purged == 10 and (result.purged_from, result.purged_through) == (1, 10)
     assert result.archive is not None and result.archive.exists()
 
-    header, rows, cps = read_archive(result.archive)
+    _header, rows, cps = read_archive(result.archive)
     assert [r[0] for r in rows] == list(range(1, 11))
     assert cps and any(c.checkpoint.tree_size >= 10 for c in cps)
     assert verify_archive(result.archive, [key.public_key()]) == []
