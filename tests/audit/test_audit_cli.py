@@ -1,0 +1,139 @@
+"""``xinserve audit verify | export | tail``: output and exit codes."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import pytest
+from conftest import Backend, FakeClock, rpc_record_factory
+
+import audit.cli
+from audit.log import AuditLog
+from audit.records import canonical_json
+from audit.retention import run_retention
+
+
+def run(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="xinserve")
+    sub = parser.add_subparsers(dest="command", required=True)
+    audit.cli.add_commands(sub)
+    args = parser.parse_args(argv)
+    return int(args.func(args))
+
+
+@pytest.fixture
+async def populated(sqlite_backend: Backend, key, tmp_path: Path) -> tuple[Backend, Path]:
+    log = await AuditLog.open(sqlite_backend.settings(), key, start_ticker=False)
+    make = rpc_record_factory()
+    for i in range(12):
+        await log.append(make(i, outcome="OK" if i % 3 else "PERMISSION_DENIED"))
+    await log.close()
+    pem = tmp_path / "server.pub.pem"
+    pem.write_bytes(key.public_key().to_pem())
+    return sqlite_backend, pem
+
+
+async def test_verify_ok(populated, capsys) -> None:
+    backend, pem = populated
+    assert run(["audit", "verify", "--store", str(backend.path), "--public-key", str(pem)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("OK   chain node-a: records 1..12")
+
+
+async def test_verify_names_first_broken_record(populated, capsys) -> None:
+    backend, pem = populated
+    (body,) = backend.sql("SELECT body FROM audit_records WHERE seq = 7")[0]
+    obj = json.loads(bytes(body))
+    obj["principal"] = "mallory"
+    backend.sql("UPDATE audit_records SET body = ? WHERE seq = 7", (canonical_json(obj),))
+    assert run(["audit", "verify", "--store", str(backend.path), "--public-key", str(pem)]) == 1
+    out = capsys.readouterr().out
+    assert "FAIL chain node-a" in out and "first broken record: 7" in out
+    assert run(["audit", "verify", "--store", str(backend.path), "--public-key", str(pem), "--json"]) == 1
+    report = json.loads(capsys.readouterr().out)
+    assert report["ok"] is False and report["chains"][0]["first_broken"] == 7
+
+
+async def test_verify_with_wrong_key_fails(populated, other_key, tmp_path, capsys) -> None:
+    backend, _ = populated
+    pem = tmp_path / "other.pem"
+    pem.write_bytes(other_key.public_key().to_pem())
+    assert run(["audit", "verify", "--store", str(backend.path), "--public-key", str(pem)]) == 1
+    assert "untrusted" in capsys.readouterr().out
+
+
+async def test_usage_and_environment_errors(populated, tmp_path, capsys) -> None:
+    backend, pem = populated
+    assert run(["audit", "verify", "--store", str(backend.path)]) == 2
+    assert "--public-key is required" in capsys.readouterr().err
+    assert run(["audit", "verify", "--store", str(backend.path), "--public-key", str(tmp_path / "nope")]) == 2
+    bad = tmp_path / "bad.pem"
+    bad.write_text("not a key")
+    assert run(["audit", "verify", "--store", str(backend.path), "--public-key", str(bad)]) == 2
+    assert run(["audit", "verify", "--store", str(tmp_path / "missing.db"), "--public-key", str(pem)]) == 3
+    err = capsys.readouterr().err
+    assert "unreachable" in err and "Traceback" not in err
+    assert run(["audit", "export", "--store", str(backend.path), "--since", "yesterday-ish"]) == 2
+    dsn = "postgresql://auditor:s3cret@127.0.0.1:1/audit"
+    assert run(["audit", "tail", "--store", dsn]) == 3
+    err = capsys.readouterr().err
+    assert "s3cret" not in err and "Traceback" not in err
+    with pytest.raises(SystemExit) as exc:
+        run(["audit", "frobnicate"])
+    assert exc.value.code == 2
+
+
+async def test_export_filters_and_checkpoints(populated, tmp_path, capsys) -> None:
+    backend, _ = populated
+    assert run(["audit", "export", "--store", str(backend.path), "--outcome", "PERMISSION_DENIED"]) == 0
+    lines = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+    assert [x["seq"] for x in lines] == [1, 4, 7, 10]
+    assert all(x["outcome"] == "PERMISSION_DENIED" and x["time"].endswith("Z") for x in lines)
+    out = tmp_path / "export.jsonl"
+    assert run(["audit", "export", "--store", str(backend.path), "--principal", "user-1", "-o", str(out)]) == 0
+    assert {json.loads(x)["principal"] for x in out.read_text().splitlines()} == {"user-1"}
+    assert run(["audit", "export", "--store", str(backend.path), "--since", "2000-01-01", "--until", "2000-01-02"]) == 0
+    assert capsys.readouterr().out == ""
+    assert run(["audit", "export", "--store", str(backend.path), "--checkpoints"]) == 0
+    cps = capsys.readouterr().out.splitlines()
+    assert len(cps) == 2 and "signature" in json.loads(cps[-1])
+
+
+async def test_anchor_detects_rollback(populated, tmp_path, capsys) -> None:
+    backend, pem = populated
+    assert run(["audit", "export", "--store", str(backend.path), "--checkpoints"]) == 0
+    anchor = tmp_path / "anchor.json"
+    anchor.write_text(capsys.readouterr().out.splitlines()[-1])
+    args = ["audit", "verify", "--store", str(backend.path), "--public-key", str(pem), "--anchor", str(anchor)]
+    assert run(args) == 0
+    backend.sql("DELETE FROM audit_checkpoints WHERE n = 2")
+    backend.sql("DELETE FROM audit_records WHERE seq > 6")
+    assert run([*args, "--offline"]) == 1
+    assert "anchor_missing" in capsys.readouterr().out
+
+
+async def test_tail(populated, capsys) -> None:
+    backend, _ = populated
+    assert run(["audit", "tail", "--store", str(backend.path), "-n", "3"]) == 0
+    lines = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+    assert [x["seq"] for x in lines] == [10, 11, 12]
+
+
+async def test_verify_archive(sqlite_backend: Backend, key, tmp_path, capsys) -> None:
+    clock = FakeClock()
+    log = await AuditLog.open(sqlite_backend.settings(), key, clock=clock, start_ticker=False)
+    make = rpc_record_factory(clock)
+    for i in range(5):
+        await log.append(make(i))
+    await log.close()
+    clock.advance(days=200)
+    log = await AuditLog.open(sqlite_backend.settings(), key, clock=clock, start_ticker=False)
+    result = await run_retention(log)
+    await log.close()
+    pem = tmp_path / "pub.pem"
+    pem.write_bytes(key.public_key().to_pem())
+    assert result.archive is not None
+    assert run(["audit", "verify", "--archive", str(result.archive), "--public-key", str(pem)]) == 0
+    assert "OK" in capsys.readouterr().out
