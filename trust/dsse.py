@@ -132,23 +132,42 @@ def verify_envelope(
     failures: list[VerificationError] = []
     for keyid, sig in envelope.signatures:
         try:
+            parse_der_signature(sig)
+        except InvalidSignature as e:
+            failures.append(VerificationError(Reason.MALFORMED_SIGNATURE, str(e)))
+            continue
+        if not keyid:  # DSSE makes keyid optional: find the trusted key it verifies under, if any
+            found = _match_without_keyid(trust_store, sig, message, now)
+            if isinstance(found, TrustedKey):
+                return found
+            failures.append(found)
+            continue
+        try:
             tk = trust_store.check(keyid, now)
         except VerificationError as e:
             failures.append(e)
             continue
         try:
-            parse_der_signature(sig)
-        except InvalidSignature as e:
-            failures.append(VerificationError(Reason.MALFORMED_SIGNATURE, str(e)))
-            continue
-        try:
             tk.public_key.verify(sig, message)
-        except InvalidSignature:
+        except Exception:  # InvalidSignature, or anything at all: fail closed
             failures.append(VerificationError(Reason.BAD_SIGNATURE, f"signature does not verify under key {tk.name}"))
-            continue
-        except Exception:  # fail closed on anything at all
-            failures.append(VerificationError(Reason.BAD_SIGNATURE, "signature verification failed"))
             continue
         return tk
     failures.sort(key=lambda e: _PRIORITY.index(e.reason) if e.reason in _PRIORITY else len(_PRIORITY))
     raise failures[0]
+
+
+def _match_without_keyid(
+    trust_store: TrustStore, sig: bytes, message: bytes, now: datetime | None
+) -> TrustedKey | VerificationError:
+    """The key (trusted, unrevoked, in window) a keyid-less signature verifies under, or why not."""
+    for key_id, tk in trust_store.keys.items():
+        try:
+            tk.public_key.verify(sig, message)
+        except Exception:  # noqa: S112 - not this key (or a library failure): fail closed, try the next
+            continue
+        try:
+            return trust_store.check(key_id, now)  # verifies, but may be revoked or out of window
+        except VerificationError as e:
+            return e
+    return VerificationError(Reason.UNTRUSTED_KEY, "no trusted key verifies the keyid-less signature")

@@ -397,3 +397,17 @@ async def test_async_wrapper_runs_off_the_event_loop(signed: Path, ctx: Ctx) -> 
     with pytest.raises(VerificationError) as ei:
         await verify_model_async(signed, ctx["store"], "m")
     assert ei.value.reason == Reason.FILE_MISSING
+
+
+def test_signature_without_keyid_is_matched_against_trusted_keys(signed: Path, ctx: Ctx) -> None:
+    env = load_env(signed)
+    env["signatures"] = [{"sig": env["signatures"][0]["sig"]}]
+    save_env(signed, env)
+    assert verify_model(signed, ctx["store"], "m").key_name == "release"
+    sign_model(signed, ctx["other_key"], "m")
+    env = load_env(signed)
+    env["signatures"] = [{"sig": env["signatures"][0]["sig"]}]
+    save_env(signed, env)
+    with pytest.raises(VerificationError) as ei:
+        verify_model(signed, ctx["store"], "m")
+    assert ei.value.reason == Reason.UNTRUSTED_KEY
