@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from trust_testutil import make_model
+from trust_testutil import make_layout, make_model
 
 from trust.cli import EXIT_ENV, EXIT_FAILED, EXIT_OK, EXIT_USAGE, main
 
@@ -160,3 +160,30 @@ def test_service_cli_registers_trust_commands() -> None:
     parser = build_parser()
     args = parser.parse_args(["verify", "model", "d", "--trust-store", "t"])
     assert callable(args.func)
+
+
+def test_sign_and_verify_image_layout_with_referrer(setup, capsys, tmp_path: Path) -> None:
+    tmp, _, _ = setup
+    layout = tmp_path / "layout"
+    digest = make_layout(layout, multi_platform=True)
+    rc, out, err = run(
+        capsys,
+        "sign",
+        "image",
+        "--layout",
+        layout,
+        "--reference",
+        "reg.cn/x:1",
+        "--attach",
+        "--key",
+        tmp / "k.pem",
+        "--password",
+        "env:XS_PW",
+    )
+    assert rc == EXIT_OK, err
+    assert digest in out and "referrer" in out
+    rc, out, err = run(capsys, "verify", "image", "--layout", layout, "--trust-store", tmp / "ts", "--json")
+    assert rc == EXIT_OK, err
+    assert json.loads(out)["digest"] == digest
+    rc, _, err = run(capsys, "verify", "image", "--layout", tmp_path / "nope", "--trust-store", tmp / "ts")
+    assert rc == EXIT_ENV, err

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 
 import pytest
+from trust_testutil import make_layout
 
 from trust.errors import Reason, VerificationError
 from trust.image_signing import (
@@ -22,38 +22,6 @@ from trust.sm2 import Sm2PrivateKey
 from trust.trust_store import TrustStore
 
 DIGEST = "sha256:" + "ab" * 32
-
-
-def blob(root: Path, data: bytes) -> dict:
-    d = hashlib.sha256(data).hexdigest()
-    (root / "blobs" / "sha256").mkdir(parents=True, exist_ok=True)
-    (root / "blobs" / "sha256" / d).write_bytes(data)
-    return {"digest": f"sha256:{d}", "size": len(data)}
-
-
-def make_layout(root: Path, multi_platform: bool = False) -> str:
-    root.mkdir()
-    (root / "oci-layout").write_text('{"imageLayoutVersion": "1.0.0"}')
-    config = {
-        "mediaType": "application/vnd.oci.image.config.v1+json",
-        **blob(root, b'{"architecture":"amd64"}'),
-    }
-    layer = {"mediaType": "application/vnd.oci.image.layer.v1.tar+gzip", **blob(root, b"layer bytes")}
-    manifest = json.dumps({"schemaVersion": 2, "mediaType": OCI_MANIFEST, "config": config, "layers": [layer]})
-    mdesc = {"mediaType": OCI_MANIFEST, **blob(root, manifest.encode())}
-    top = mdesc
-    if multi_platform:
-        index = json.dumps(
-            {
-                "schemaVersion": 2,
-                "mediaType": OCI_INDEX,
-                "manifests": [{**mdesc, "platform": {"os": "linux", "architecture": "amd64"}}],
-            }
-        )
-        top = {"mediaType": OCI_INDEX, **blob(root, index.encode())}
-    top["annotations"] = {"org.opencontainers.image.ref.name": "1.0"}
-    (root / "index.json").write_text(json.dumps({"schemaVersion": 2, "manifests": [top]}))
-    return top["digest"]
 
 
 @pytest.fixture
