@@ -111,7 +111,8 @@ class AuditLog:
         self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="audit-writer")
         self._store: Store | None = None
         self._state = _ChainState()
-        self._queue: asyncio.Queue[_Item | None] = asyncio.Queue()
+        self._pending: collections.deque[_Item | None] = collections.deque()
+        self._wake = asyncio.Event()
         self._writer_task: asyncio.Task[None] | None = None
         self._ticker_task: asyncio.Task[None] | None = None
         self._healthy = True
@@ -322,7 +323,8 @@ class AuditLog:
         if self._closed:
             raise AuditUnavailable("the audit log is closed")
         fut: asyncio.Future[int | None] = asyncio.get_running_loop().create_future()
-        self._queue.put_nowait(_Item("rec", record, fut))
+        self._pending.append(_Item("rec", record, fut))
+        self._wake.set()
         return await fut
 
     async def checkpoint(self, kind: CheckpointKind = CheckpointKind.PERIODIC) -> SignedCheckpoint:
@@ -337,7 +339,8 @@ class AuditLog:
 
     async def _submit(self, kind: str, payload: Any) -> Any:
         fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self._queue.put_nowait(_Item(kind, payload, fut))
+        self._pending.append(_Item(kind, payload, fut))
+        self._wake.set()
         return await fut
 
     async def query(self, flt: QueryFilter) -> list[StoredRecord]:
@@ -362,7 +365,8 @@ class AuditLog:
         except AuditError as exc:
             log.error("audit_close_checkpoint_failed", chain=self.chain, error=str(exc))
         self._closed = True
-        self._queue.put_nowait(None)
+        self._pending.append(None)
+        self._wake.set()
         if self._writer_task is not None:
             await self._writer_task
         await asyncio.get_running_loop().run_in_executor(self._executor, self._close_store)
@@ -388,11 +392,13 @@ class AuditLog:
 
     async def _writer(self) -> None:
         loop = asyncio.get_running_loop()
-        q = self._queue
-        carry: _Item | None = None
+        pending = self._pending
         while True:
-            item = carry if carry is not None else await q.get()
-            carry = None
+            if not pending:
+                self._wake.clear()
+                await self._wake.wait()
+                continue
+            item = pending.popleft()
             if item is None:
                 return
             if item.kind == "call":
@@ -407,18 +413,16 @@ class AuditLog:
                 continue
             batch = [item]
             stop = False
-            while len(batch) < self._max_batch:
-                try:
-                    nxt = q.get_nowait()
-                except asyncio.QueueEmpty:
-                    break
+            while pending and len(batch) < self._max_batch:
+                nxt = pending[0]
                 if nxt is None:
+                    pending.popleft()
                     stop = True
                     break
                 if nxt.kind == "call":
-                    carry = nxt
                     break
                 batch.append(nxt)
+                pending.popleft()
             try:
                 results = await loop.run_in_executor(self._executor, self._commit_sync, batch)
             except AuditStoreError as exc:

@@ -132,21 +132,18 @@ _ENVELOPE = frozenset({"v", "chain", "seq"})
 
 
 def _check_str(name: str, value: object) -> str:
-    if not isinstance(value, str):
+    # Validity as Unicode (no lone surrogates) is checked once, when the whole object is encoded.
+    if type(value) is not str and not isinstance(value, str):
         raise AuditEncodingError(f"field {name!r} must be a string")
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise AuditEncodingError(f"field {name!r} is not valid Unicode") from exc
     return value
 
 
 def _check_int(name: str, value: object) -> int:
-    if not isinstance(value, int) or isinstance(value, bool):
+    if type(value) is not int and (not isinstance(value, int) or isinstance(value, bool)):
         raise AuditEncodingError(f"field {name!r} must be an integer")
-    if not -MAX_SAFE_INT <= value <= MAX_SAFE_INT:
+    if not -MAX_SAFE_INT <= value <= MAX_SAFE_INT:  # type: ignore[operator]
         raise AuditEncodingError(f"field {name!r} is outside the I-JSON integer range")
-    return value
+    return value  # type: ignore[return-value]
 
 
 def record_to_obj(record: AuditRecord, chain: str, seq: int) -> dict[str, Any]:
@@ -155,7 +152,7 @@ def record_to_obj(record: AuditRecord, chain: str, seq: int) -> dict[str, Any]:
         "v": FORMAT_VERSION,
         "chain": _check_str("chain", chain),
         "seq": _check_int("seq", seq),
-        "event": str(record.event),
+        "event": record.event.value,
     }
     for name in _STR_FIELDS:
         value = getattr(record, name)
@@ -190,9 +187,15 @@ def record_to_obj(record: AuditRecord, chain: str, seq: int) -> dict[str, Any]:
     return obj
 
 
+_encoder = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
 def canonical_json(obj: Mapping[str, Any]) -> bytes:
     """Serialise an already validated object canonically (see the module docstring)."""
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode("utf-8")
+    try:
+        return _encoder.encode(obj).encode("utf-8")
+    except UnicodeEncodeError:
+        raise AuditEncodingError("a string is not valid Unicode (lone surrogate)") from None
 
 
 def encode_record(record: AuditRecord, chain: str, seq: int) -> bytes:

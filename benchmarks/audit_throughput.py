@@ -1,0 +1,122 @@
+"""Audit log benchmark: durable appends/s with group commit, latency per append, verification speed.
+
+    uv run --no-sync python benchmarks/audit_throughput.py [--records 200000] [--clients 256]
+        [--dir /var/tmp] [--dsn postgresql://...]
+
+Every append is durable when it returns (SQLite WAL + synchronous=FULL, or PostgreSQL with
+synchronous_commit=on). Not a test: figures go to benchmarks/README.md ("Audit log").
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import platform
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+from pydantic import SecretStr
+
+from audit.config import AuditSettings, StoreKind
+from audit.log import AuditLog
+from audit.records import AuditRecord, EventType
+from audit.stores import open_store
+from audit.verify import verify_store
+from trust.sm2 import Sm2PrivateKey
+
+
+def record(i: int) -> AuditRecord:
+    return AuditRecord(
+        event=EventType.RPC,
+        principal=f"CN=client-{i % 50},O=Bank",
+        auth_method="mtls",
+        cert_fingerprint="ab" * 32,
+        peer="ipv4:10.1.2.3:51234",
+        method="/xinserve.v1.InferenceService/Generate",
+        model="qwen2.5-7b-instruct",
+        outcome="OK",
+        request_id=f"0f8c2b1e-{i:012d}",
+        trace_id="4bf92f3577b34da6a3ce929d0e0e4736",
+        prompt_tokens=120,
+        output_tokens=256,
+        latency_us=812_345,
+        prompt_sm3="cd" * 32,
+        output_sm3="ef" * 32,
+    )
+
+
+async def throughput(settings: AuditSettings, key: Sm2PrivateKey, n: int, clients: int) -> tuple[float, list[float]]:
+    log = await AuditLog.open(settings, key)
+    lat: list[float] = []
+    per = n // clients
+
+    async def client(c: int) -> None:
+        for i in range(per):
+            t0 = time.perf_counter()
+            await log.append(record(c * per + i))
+            lat.append(time.perf_counter() - t0)
+
+    t0 = time.perf_counter()
+    await asyncio.gather(*(client(c) for c in range(clients)))
+    elapsed = time.perf_counter() - t0
+    await log.close()
+    return per * clients / elapsed, lat
+
+
+async def sequential_latency(settings: AuditSettings, key: Sm2PrivateKey, n: int) -> list[float]:
+    log = await AuditLog.open(settings, key)
+    lat = []
+    for i in range(n):
+        t0 = time.perf_counter()
+        await log.append(record(i))
+        lat.append(time.perf_counter() - t0)
+    await log.close()
+    return lat
+
+
+def pct(values: list[float], q: float) -> float:
+    return statistics.quantiles(values, n=100)[int(q) - 1] * 1000
+
+
+async def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--records", type=int, default=200_000)
+    ap.add_argument("--clients", type=int, default=256)
+    ap.add_argument("--rpc-clients", type=int, default=32, help="concurrency for the per-RPC latency figure")
+    ap.add_argument("--dir", type=Path, default=None, help="directory for the SQLite file (default: a temp dir)")
+    ap.add_argument("--dsn", help="also benchmark this PostgreSQL database")
+    args = ap.parse_args()
+    key = Sm2PrivateKey.generate()
+    base = Path(tempfile.mkdtemp(prefix="audit-bench-", dir=args.dir))
+    targets = [("sqlite", AuditSettings(store=StoreKind.SQLITE, path=base / "audit.db", node_id="bench"))]
+    if args.dsn:
+        targets.append(
+            ("postgresql", AuditSettings(store=StoreKind.POSTGRESQL, dsn=SecretStr(args.dsn), node_id="bench"))
+        )
+    print(f"# {platform.node()} {platform.processor() or platform.machine()}, python {platform.python_version()}")
+    for name, settings in targets:
+        rate, _ = await throughput(settings, key, args.records, args.clients)
+        print(f"{name}: durable appends/s with group commit ({args.clients} concurrent appenders): {rate:,.0f}")
+        rate32, lat32 = await throughput(
+            settings.model_copy(update={"node_id": "bench-rpc"}), key, 20_000, args.rpc_clients
+        )
+        print(
+            f"{name}: latency per append at {args.rpc_clients} concurrent RPCs: p50 {pct(lat32, 50):.3f} ms, "
+            f"p99 {pct(lat32, 99):.3f} ms ({rate32:,.0f} appends/s)"
+        )
+        lat1 = await sequential_latency(settings.model_copy(update={"node_id": "bench-seq"}), key, 2000)
+        print(f"{name}: latency per append, one caller (one fsync each): p50 {pct(lat1, 50):.3f} ms")
+        with open_store(settings) as store:
+            t0 = time.perf_counter()
+            report = verify_store(store, [key.public_key()], chain="bench")
+            elapsed = time.perf_counter() - t0
+        assert report.ok, report.to_json()
+        print(
+            f"{name}: verification: {report.records_checked / elapsed:,.0f} records/s ({report.records_checked:,} records)"
+        )
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
