@@ -114,7 +114,8 @@ async def main() -> None:
             elapsed = time.perf_counter() - t0
         assert report.ok, report.to_json()
         print(
-            f"{name}: verification: {report.records_checked / elapsed:,.0f} records/s ({report.records_checked:,} records)"
+            f"{name}: verification: {report.records_checked / elapsed:,.0f} records/s "
+            f"({report.records_checked:,} records)"
         )
 
 
