@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import platform
 import statistics
 import tempfile
@@ -76,6 +77,23 @@ async def sequential_latency(settings: AuditSettings, key: Sm2PrivateKey, n: int
     return lat
 
 
+def fsync_p50(directory: Path) -> float:
+    """The device's own durable-write latency: p50 of write(4 KiB) + fsync, in ms."""
+    path = directory / "fsync.probe"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
+    lat = []
+    try:
+        for _ in range(200):
+            os.write(fd, b"x" * 4096)
+            t0 = time.perf_counter()
+            os.fsync(fd)
+            lat.append(time.perf_counter() - t0)
+    finally:
+        os.close(fd)
+        path.unlink()
+    return statistics.median(lat) * 1000
+
+
 def pct(values: list[float], q: float) -> float:
     return statistics.quantiles(values, n=100)[int(q) - 1] * 1000
 
@@ -95,7 +113,11 @@ async def main() -> None:
         targets.append(
             ("postgresql", AuditSettings(store=StoreKind.POSTGRESQL, dsn=SecretStr(args.dsn), node_id="bench"))
         )
-    print(f"# {platform.node()} {platform.processor() or platform.machine()}, python {platform.python_version()}")
+    print(
+        f"# {platform.machine()}, {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}, "
+        f"python {platform.python_version()}; store dir {base}"
+    )
+    print(f"# device fsync p50 (write 4 KiB + fsync): {fsync_p50(base):.3f} ms")
     for name, settings in targets:
         rate, _ = await throughput(settings, key, args.records, args.clients)
         print(f"{name}: durable appends/s with group commit ({args.clients} concurrent appenders): {rate:,.0f}")
