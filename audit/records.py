@@ -154,14 +154,19 @@ def record_to_obj(record: AuditRecord, chain: str, seq: int) -> dict[str, Any]:
         "seq": _check_int("seq", seq),
         "event": record.event.value,
     }
+    # Hot path (every append): plain type checks inline; the helpers only build the error.
     for name in _STR_FIELDS:
         value = getattr(record, name)
         if value is not None:
-            obj[name] = _check_str(name, value)
+            if type(value) is not str:
+                _check_str(name, value)
+            obj[name] = value
     for name in _INT_FIELDS:
         value = getattr(record, name)
         if value is not None:
-            obj[name] = _check_int(name, value)
+            if type(value) is not int or not -MAX_SAFE_INT <= value <= MAX_SAFE_INT:
+                _check_int(name, value)
+            obj[name] = value
     for name in _HEX_FIELDS:
         value = getattr(record, name)
         if value is not None:
