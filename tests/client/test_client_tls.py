@@ -89,3 +89,15 @@ def test_option_errors():
         XinserveClient("127.0.0.1:1", tls=False, ca_cert=b"x")
     XinserveClient("10.0.0.5:50051", token="t", allow_insecure_token=True).close()
     XinserveClient("localhost:50051", token="t").close()
+
+
+def test_failing_token_source_is_unavailable_on_tls_and_plaintext(tls_server, stand_in, pki):
+    def token() -> str:
+        raise RuntimeError("vault down")
+
+    with XinserveClient(tls_server.target, ca_cert=pki.ca_pem, token=token) as c:
+        with pytest.raises(UnavailableError, match="vault down"):
+            c.list_models()
+    with XinserveClient(stand_in.target, token=token) as c:
+        with pytest.raises(UnavailableError, match="vault down"):
+            c.list_models()

@@ -141,7 +141,8 @@ class AsyncXinserveClient(_ClientBase):
             for every call, so it can refresh; keep it fast). Sent as
             ``authorization: Bearer <token>``: as call credentials over TLS; as plain
             metadata on plaintext channels, which is allowed only to loopback targets
-            (127.0.0.0/8, ::1, localhost, unix:) unless ``allow_insecure_token=True``.
+            (127.0.0.0/8, ::1, localhost, unix:) unless ``allow_insecure_token=True``. If the
+            callable raises, the call fails with UnavailableError naming the cause.
         server_name: TLS name to verify the server certificate against, when it differs
             from the target host.
         allow_insecure_token: send the token over plaintext to a non-loopback target.

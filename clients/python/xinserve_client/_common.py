@@ -15,6 +15,8 @@ import grpc
 
 from xinserve.v1 import common_pb2, inference_pb2, sampling_pb2
 
+from .errors import UnavailableError
+
 __all__ = [
     "DEFAULT",
     "SAMPLING_PARAM_NAMES",
@@ -314,7 +316,13 @@ def call_metadata(
         if tracestate:
             md.append(("tracestate", tracestate))
     if config.token_as_metadata and config.token is not None:
-        token = config.token() if callable(config.token) else config.token
+        try:
+            token = config.token() if callable(config.token) else config.token
+        except Exception as exc:
+            # Same class as grpc reports for a failing call-credentials plugin over TLS.
+            raise UnavailableError(
+                f"getting the bearer token failed: {exc}", code=grpc.StatusCode.UNAVAILABLE, request_id=rid
+            ) from exc
         md.append(("authorization", f"Bearer {token}"))
     if metadata:
         md.extend(metadata)
