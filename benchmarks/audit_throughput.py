@@ -13,6 +13,7 @@ import argparse
 import asyncio
 import os
 import platform
+import shutil
 import statistics
 import tempfile
 import time
@@ -121,6 +122,13 @@ async def main() -> None:
         f"python {platform.python_version()}; store dir {base}"
     )
     print(f"# device fsync p50 (write 4 KiB + fsync): {fsync_p50(base):.3f} ms")
+    try:
+        await run_targets(args, key, targets)
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+async def run_targets(args: argparse.Namespace, key: Sm2PrivateKey, targets: list[tuple[str, AuditSettings]]) -> None:
     for name, settings in targets:
         rate, _, cpu = await throughput(settings, key, args.records, args.clients)
         print(
