@@ -1,0 +1,104 @@
+package io.xinserve.it;
+
+import static io.xinserve.it.LiveServers.TINY;
+import static org.assertj.core.api.Assertions.assertThat;
+import static org.assertj.core.api.Assertions.assertThatThrownBy;
+
+import io.xinserve.client.RetryPolicy;
+import io.xinserve.client.XinserveClient;
+import io.xinserve.client.errors.UnauthenticatedException;
+import io.xinserve.client.errors.UnavailableException;
+import io.xinserve.v1.Model;
+import java.time.Duration;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicReference;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.Timeout;
+import org.junit.jupiter.api.extension.ExtendWith;
+
+/** TLS with a custom CA, mTLS from PEM, bearer tokens: accepted and refused. */
+@ExtendWith(XinserveServerExtension.class)
+@Timeout(value = 120, unit = TimeUnit.SECONDS)
+class SecurityIT {
+  private final LiveServers servers = LiveServers.get();
+
+  private XinserveClient.Builder tls(int port) {
+    return XinserveClient.builder()
+        .target("dns:///localhost:" + port)
+        .unaryDeadline(Duration.ofSeconds(30))
+        .retryPolicy(RetryPolicy.none());
+  }
+
+  @Test
+  void tlsWithACustomCa() {
+    try (XinserveClient c = tls(servers.plainTlsPort).trustCertificates(servers.pki.caCert).build()) {
+      assertThat(c.listModels()).extracting(Model::getName).contains(TINY);
+    }
+  }
+
+  @Test
+  void tlsByIpAddressMatchesTheIpSan() {
+    try (XinserveClient c = XinserveClient.builder()
+        .address("127.0.0.1", servers.plainTlsPort)
+        .trustCertificates(servers.pki.caCert)
+        .build()) {
+      assertThat(c.serverInfo().getServerVersion()).isNotEmpty();
+    }
+  }
+
+  @Test
+  void tlsRefusesAServerCertificateFromAnotherCa() {
+    try (XinserveClient c = tls(servers.plainTlsPort).trustCertificates(servers.pki.otherCaCert).build()) {
+      assertThatThrownBy(c::listModels).isInstanceOf(UnavailableException.class);
+    }
+  }
+
+  @Test
+  void mutualTlsWithAClientCertificateFromPem() {
+    try (XinserveClient c = tls(servers.secureTlsPort)
+        .trustCertificates(servers.pki.caCert)
+        .clientCertificate(servers.pki.clientCert, servers.pki.clientKey)
+        .build()) {
+      assertThat(c.listModels()).extracting(Model::getName).contains(TINY);
+      assertThat(c.generate(ClientIT.greedy("mtls", 4)).getOutputsCount()).isEqualTo(1);
+    }
+  }
+
+  @Test
+  void mutualTlsListenerRefusesAClientWithoutCertificate() {
+    try (XinserveClient c = tls(servers.secureTlsPort).trustCertificates(servers.pki.caCert).build()) {
+      assertThatThrownBy(c::listModels)
+          .isInstanceOfAny(UnavailableException.class, UnauthenticatedException.class);
+    }
+  }
+
+  @Test
+  void bearerTokenAccepted() {
+    try (XinserveClient c = servers.secureClient().bearerToken(LiveServers.TOKEN).build()) {
+      assertThat(c.listModels()).extracting(Model::getName).contains(TINY);
+      assertThat(c.generate(ClientIT.greedy("token", 4)).getOutputsCount()).isEqualTo(1);
+    }
+  }
+
+  @Test
+  void missingOrWrongTokenIsUnauthenticated() {
+    try (XinserveClient none = servers.secureClient().build()) {
+      assertThatThrownBy(none::listModels).isInstanceOf(UnauthenticatedException.class);
+      assertThatThrownBy(() -> none.generate(ClientIT.greedy("x", 4)))
+          .isInstanceOf(UnauthenticatedException.class);
+    }
+    try (XinserveClient wrong = servers.secureClient().bearerToken("not-the-token").build()) {
+      assertThatThrownBy(wrong::listModels).isInstanceOf(UnauthenticatedException.class);
+    }
+  }
+
+  @Test
+  void refreshedTokenIsUsedOnTheNextCall() {
+    AtomicReference<String> current = new AtomicReference<>("stale-token");
+    try (XinserveClient c = servers.secureClient().bearerToken(current::get).build()) {
+      assertThatThrownBy(c::listModels).isInstanceOf(UnauthenticatedException.class);
+      current.set(LiveServers.TOKEN);
+      assertThat(c.listModels()).isNotEmpty();
+    }
+  }
+}
