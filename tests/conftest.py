@@ -1,0 +1,74 @@
+"""Session-wide fixtures: ONE real server over the real vLLM engine (CPU) per test session.
+
+``live_server`` starts the embedded default models (xinserve-tiny-llama, all-MiniLM-L6-v2)
+once; tests that need other listeners (TLS, tokens, a draining front end) add front ends
+over the same runtime instead of starting more engines. The built-in models are cached in
+``.cache/xinserve-test`` at the repository root (override: XINSERVE_TEST_DATA_DIR).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import pytest_asyncio
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("VLLM_NO_USAGE_STATS", "1")
+os.environ.setdefault("DO_NOT_TRACK", "1")
+
+REPO = Path(__file__).resolve().parent.parent
+TINY = "xinserve-tiny-llama"
+MINILM = "all-MiniLM-L6-v2"
+
+
+def _data_dir() -> Path:
+    return Path(os.environ.get("XINSERVE_TEST_DATA_DIR", REPO / ".cache" / "xinserve-test"))
+
+
+@dataclass
+class LiveServer:
+    """The session's server: ``target`` is HOST:PORT of its plaintext listener."""
+
+    target: str
+    server: object  # service.app.Server
+    data_dir: Path
+
+    @property
+    def runtime(self):
+        return self.server.runtime  # type: ignore[attr-defined]
+
+
+@pytest_asyncio.fixture(scope="session", loop_scope="session")
+async def live_server() -> AsyncIterator[LiveServer]:
+    from service import logs
+    from service.app import Server
+    from service.config import load_settings
+
+    logs.configure("console", "warning")
+    data_dir = _data_dir()
+    settings = load_settings(
+        overrides={
+            "data_dir": str(data_dir),
+            "listen": {"plaintext": ["127.0.0.1:0"]},
+            "metrics_listen": None,
+            "admission": {"max_in_flight": 16, "max_queue": 16},
+            "drain_grace_seconds": 5,
+        }
+    )
+    server = await Server.create(settings)
+    if not await server.load_models():
+        pytest.fail(
+            "the embedded default models did not load: "
+            + repr({n: e.state_reason for n, e in server.runtime.models.items()})
+        )
+    port = next(iter(server.frontend.ports.values()))
+    try:
+        yield LiveServer(f"127.0.0.1:{port}", server, data_dir)
+    finally:
+        await server.frontend.stop(0)
+        await server.runtime.shutdown_engines()

@@ -1,0 +1,33 @@
+"""Extra front ends over the session's engines: other listeners, auth or admission, without
+starting another engine."""
+
+from __future__ import annotations
+
+from contextlib import asynccontextmanager
+from dataclasses import replace
+
+from service.app import authenticator_for
+from service.config import load_settings
+from service.frontend import Frontend
+from service.runtime import ModelState, Runtime
+
+
+@asynccontextmanager
+async def extra_frontend(live_server, overrides: dict):
+    """A new Runtime sharing the live server's loaded engines, behind a new Frontend.
+
+    Yields (frontend, runtime, port) where port is the first listener's port.
+    """
+    settings = load_settings(overrides={"data_dir": str(live_server.data_dir), "metrics_listen": None, **overrides})
+    runtime = Runtime(settings)
+    for entry in live_server.runtime.models.values():
+        runtime.add_model(replace(entry))
+    frontend = Frontend(runtime, settings, authenticator_for(settings), "cpu")
+    await frontend.start()
+    for entry in runtime.models.values():
+        await runtime.mark(entry, ModelState.READY)
+    await runtime.set_serving(True)
+    try:
+        yield frontend, runtime, next(iter(frontend.ports.values()))
+    finally:
+        await frontend.stop(0)

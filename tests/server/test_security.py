@@ -1,0 +1,146 @@
+"""TLS, mTLS and bearer tokens accept the right credentials and refuse the rest."""
+
+from __future__ import annotations
+
+import grpc
+import pytest
+
+from service.auth import hash_token
+from tests.conftest import TINY
+from tests.server.frontends import extra_frontend
+from tests.server.stubs import stubs
+from tests.support.pki import make_pki
+from xinserve.v1 import inference_pb2, sampling_pb2, server_pb2
+
+pytestmark = pytest.mark.asyncio(loop_scope="session")
+
+GOOD = "good-token-0123456789"
+AUDITOR = "auditor-token-0123456789"
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory):
+    return make_pki(tmp_path_factory.mktemp("pki"))
+
+
+@pytest.fixture(scope="module")
+def token_file(tmp_path_factory):
+    path = tmp_path_factory.mktemp("tokens") / "tokens.txt"
+    path.write_text(f"# test tokens\nsvc-a {hash_token(GOOD)}\nauditor-1 sha256:{hash_token(AUDITOR)} auditor\n")
+    return path
+
+
+def tiny_call() -> inference_pb2.TokenizeRequest:
+    return inference_pb2.TokenizeRequest(model=TINY, text="hi")
+
+
+async def call_with(target, creds, metadata=()):
+    channel = grpc.aio.secure_channel(target, creds) if creds else grpc.aio.insecure_channel(target)
+    api = stubs(channel)
+    try:
+        return await api.inference.Tokenize(tiny_call(), metadata=metadata, timeout=10)
+    finally:
+        await api.close()
+
+
+async def code_of(coro) -> grpc.StatusCode:
+    try:
+        await coro
+    except grpc.aio.AioRpcError as err:
+        return err.code()
+    return grpc.StatusCode.OK
+
+
+async def test_tls_with_tokens(live_server, pki, token_file):
+    overrides = {
+        "listen": {"plaintext": [], "tls": ["127.0.0.1:0"]},
+        "tls": {"cert_file": str(pki.server_cert), "key_file": str(pki.server_key)},
+        "auth": {"token_file": str(token_file), "required": True},
+    }
+    async with extra_frontend(live_server, overrides) as (_, _, port):
+        target = f"localhost:{port}"
+        creds = grpc.ssl_channel_credentials(pki.ca_cert.read_bytes())
+        bearer = (("authorization", f"Bearer {GOOD}"),)
+        reply = await call_with(target, creds, bearer)
+        assert len(reply.token_ids) > 0
+        assert (
+            await code_of(call_with(target, creds, (("authorization", "Bearer wrong"),)))
+            == grpc.StatusCode.UNAUTHENTICATED
+        )
+        assert await code_of(call_with(target, creds)) == grpc.StatusCode.UNAUTHENTICATED
+        assert (
+            await code_of(call_with(target, creds, (("authorization", "Basic abc"),)))
+            == grpc.StatusCode.UNAUTHENTICATED
+        )
+        # The auditor role may read server state but not run inference.
+        auditor = (("authorization", f"Bearer {AUDITOR}"),)
+        assert await code_of(call_with(target, creds, auditor)) == grpc.StatusCode.PERMISSION_DENIED
+        channel = grpc.aio.secure_channel(target, creds)
+        load = await stubs(channel).server.GetLoad(server_pb2.GetLoadRequest(), metadata=auditor)
+        assert load.running == 0
+        await channel.close()
+        # Plaintext to a TLS port, and TLS with an untrusted CA, never get through.
+        assert await code_of(call_with(target, None, bearer)) == grpc.StatusCode.UNAVAILABLE
+        wrong_ca = grpc.ssl_channel_credentials(pki.other_ca_cert.read_bytes())
+        assert await code_of(call_with(target, wrong_ca, bearer)) == grpc.StatusCode.UNAVAILABLE
+
+
+async def test_mtls_subject_becomes_principal(live_server, pki):
+    overrides = {
+        "listen": {"plaintext": [], "tls": ["127.0.0.1:0"]},
+        "tls": {
+            "cert_file": str(pki.server_cert),
+            "key_file": str(pki.server_key),
+            "client_ca_file": str(pki.ca_cert),
+        },
+        "auth": {"required": True},
+    }
+    async with extra_frontend(live_server, overrides) as (_, _, port):
+        target = f"localhost:{port}"
+        ca = pki.ca_cert.read_bytes()
+        good = grpc.ssl_channel_credentials(ca, pki.client_key.read_bytes(), pki.client_cert.read_bytes())
+        reply = await call_with(target, good)
+        assert len(reply.token_ids) > 0
+        no_cert = grpc.ssl_channel_credentials(ca)
+        assert await code_of(call_with(target, no_cert)) == grpc.StatusCode.UNAVAILABLE
+        stranger = grpc.ssl_channel_credentials(ca, pki.stranger_key.read_bytes(), pki.stranger_cert.read_bytes())
+        assert await code_of(call_with(target, stranger)) == grpc.StatusCode.UNAVAILABLE
+
+
+async def test_principal_is_attached_to_the_call(live_server, pki, token_file):
+    from service import call_context
+
+    seen = []
+    original = call_context.CallInfo.__setattr__
+
+    overrides = {
+        "listen": {"plaintext": ["127.0.0.1:0"]},
+        "auth": {"token_file": str(token_file), "required": True},
+    }
+    async with extra_frontend(live_server, overrides) as (frontend, _, port):
+
+        def spy(self, name, value):
+            if name == "principal":
+                seen.append(value)
+            original(self, name, value)
+
+        call_context.CallInfo.__setattr__ = spy  # type: ignore[method-assign]
+        try:
+            await call_with(f"127.0.0.1:{port}", None, (("authorization", f"Bearer {GOOD}"),))
+        finally:
+            call_context.CallInfo.__setattr__ = original  # type: ignore[method-assign]
+    assert any(p.name == "svc-a" and p.auth_method == "token" for p in seen)
+
+
+async def test_unauthenticated_generate_is_refused_before_the_engine(live_server, token_file):
+    overrides = {"listen": {"plaintext": ["127.0.0.1:0"]}, "auth": {"token_file": str(token_file), "required": True}}
+    async with extra_frontend(live_server, overrides) as (_, _, port):
+        channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}")
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await stubs(channel).inference.Generate(
+                inference_pb2.GenerateRequest(
+                    model=TINY, prompt="x", sampling_params=sampling_pb2.SamplingParams(max_tokens=2)
+                )
+            )
+        assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED
+        await channel.close()
