@@ -13,6 +13,7 @@ import asyncio
 import datetime
 import math
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -61,6 +62,18 @@ class State:
     unary_cancelled: threading.Event = field(default_factory=threading.Event)
     gate: threading.Event = field(default_factory=threading.Event)
     running: int = 0
+    cancelled_ids: set[str] = field(default_factory=set)
+
+    def mark_cancelled(self, request_id: str) -> None:
+        self.cancelled_ids.add(request_id)
+        self.stream_cancelled.set()
+
+    def cancelled(self, request_id: str, within: float = 5.0) -> bool:
+        """Whether the server saw the call with this request id cancelled (waits up to ``within`` s)."""
+        deadline = time.monotonic() + within
+        while request_id not in self.cancelled_ids and time.monotonic() < deadline:
+            time.sleep(0.005)
+        return request_id in self.cancelled_ids
 
     def last(self, method: str | None = None) -> Call:
         calls = [c for c in self.calls if method is None or c.method == method]
@@ -69,6 +82,7 @@ class State:
 
     def reset(self) -> None:
         self.calls.clear()
+        self.cancelled_ids.clear()
         for event in (self.stream_started, self.stream_cancelled, self.unary_cancelled, self.gate):
             event.clear()
 
@@ -175,7 +189,7 @@ class FakeInference(inference_pb2_grpc.InferenceServiceServicer):
         await _validate(request, context)
         # The RPC's own view of cancellation: a cancel can land while the server is writing a
         # message rather than inside this generator, so don't rely on CancelledError alone.
-        context.add_done_callback(lambda ctx: ctx.cancelled() and self.state.stream_cancelled.set())
+        context.add_done_callback(lambda ctx: ctx.cancelled() and self.state.mark_cancelled(rid))
         self.state.stream_started.set()
         self.state.running += 1
         completed = False
@@ -208,12 +222,12 @@ class FakeInference(inference_pb2_grpc.InferenceServiceServicer):
                 yield dict(request_id=rid, index=0, text=word + ("" if last else " "), token_ids=[i], **end)
             completed = True
         except asyncio.CancelledError:
-            self.state.stream_cancelled.set()
+            self.state.mark_cancelled(rid)
             raise
         finally:
             self.state.running -= 1
             if not completed:  # closed early (GeneratorExit) or cancelled
-                self.state.stream_cancelled.set()
+                self.state.mark_cancelled(rid)
 
     async def GenerateStream(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         async for fields in self._stream(request, context, "GenerateStream", request.prompt):

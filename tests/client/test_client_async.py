@@ -24,6 +24,10 @@ async def _wait(event, within: float = 5.0) -> bool:
     return await asyncio.to_thread(event.wait, within)
 
 
+async def _cancelled(stand_in, request_id: str) -> bool:
+    return await asyncio.to_thread(stand_in.state.cancelled, request_id)
+
+
 @pytest.fixture
 async def aclient(stand_in):
     async with AsyncXinserveClient(stand_in.target) as c:
@@ -60,14 +64,14 @@ async def test_break_then_aclose_cancels_server_call(aclient, stand_in):
         if i == 2:
             break
     await stream.aclose()
-    assert await _wait(stand_in.state.stream_cancelled)
+    assert await _cancelled(stand_in, stream.request_id)
     assert [d async for d in stream] == []
 
 
 async def test_leaving_async_with_cancels(aclient, stand_in):
     async with aclient.chat_stream(TINY, [("user", "forever")]) as stream:
         await stream.__anext__()
-    assert await _wait(stand_in.state.stream_cancelled)
+    assert await _cancelled(stand_in, stream.request_id)
 
 
 async def test_close_from_another_task_ends_iteration(aclient, stand_in):
@@ -83,12 +87,12 @@ async def test_close_from_another_task_ends_iteration(aclient, stand_in):
     stream.close()
     await asyncio.wait_for(task, 5)  # ends without an exception
     assert received
-    assert await _wait(stand_in.state.stream_cancelled)
+    assert await _cancelled(stand_in, stream.request_id)
 
 
 async def test_task_cancellation_propagates_and_cancels_rpc(aclient, stand_in):
     async def consume():
-        async for _ in aclient.generate_stream(TINY, "forever"):
+        async for _ in aclient.generate_stream(TINY, "forever", request_id="task-cancel-1"):
             pass
 
     task = asyncio.create_task(consume())
@@ -97,7 +101,7 @@ async def test_task_cancellation_propagates_and_cancels_rpc(aclient, stand_in):
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
-    assert await _wait(stand_in.state.stream_cancelled)
+    assert await _cancelled(stand_in, "task-cancel-1")
 
 
 async def test_unary_task_cancellation_cancels_rpc(aclient, stand_in):

@@ -115,7 +115,7 @@ def test_stream_close_cancels_server_call(client, stand_in):
     first = [next(stream), next(stream)]
     assert first[0].text == "t0 "
     stream.close()
-    assert stand_in.state.stream_cancelled.wait(5), "server call was not cancelled"
+    assert stand_in.state.cancelled(stream.request_id), "server call was not cancelled"
     assert list(stream) == []  # iteration simply ends after close()
     assert stream.closed
 
@@ -125,13 +125,13 @@ def test_leaving_with_block_cancels_server_call(client, stand_in):
         for i, _ in enumerate(stream):
             if i == 2:
                 break
-    assert stand_in.state.stream_cancelled.wait(5)
+    assert stand_in.state.cancelled(stream.request_id)
 
 
 def test_chat_stream_close_cancels(client, stand_in):
     with client.chat_stream(TINY, [("user", "forever")]) as stream:
         next(stream)
-    assert stand_in.state.stream_cancelled.wait(5)
+    assert stand_in.state.cancelled(stream.request_id)
 
 
 def test_closing_client_cancels_open_stream(stand_in):
@@ -139,7 +139,7 @@ def test_closing_client_cancels_open_stream(stand_in):
     stream = c.generate_stream(TINY, "forever")
     next(stream)
     c.close()
-    assert stand_in.state.stream_cancelled.wait(5)
+    assert stand_in.state.cancelled(stream.request_id)
     with pytest.raises(RuntimeError, match="closed"):
         c.list_models()
 
@@ -162,7 +162,7 @@ def test_stream_deadline_raises_while_iterating(client, stand_in):
     with pytest.raises(DeadlineExceededError), client.generate_stream(TINY, "forever", timeout=0.3) as stream:
         for _ in stream:
             pass
-    assert stand_in.state.stream_cancelled.wait(5)
+    assert stand_in.state.cancelled(stream.request_id)
 
 
 def test_none_timeout_means_no_deadline(stand_in):
