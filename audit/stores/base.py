@@ -85,6 +85,23 @@ class Store(abc.ABC):
     def column_mismatches(self, chain: str, start: int, end: int | None) -> int | None:
         """The first ``seq`` in range whose indexed columns disagree with its body, if any."""
 
+    def _column_mismatches_slow(self, chain: str, start: int, end: int) -> int | None:
+        """Row-by-row fallback of :meth:`column_mismatches` (used when a body is not JSON)."""
+        from audit.errors import AuditEncodingError
+        from audit.records import parse_body
+
+        for r in self.records(chain, start, end):
+            try:
+                obj = parse_body(r.body)
+            except AuditEncodingError:
+                return r.seq
+            body_cols = tuple(
+                obj.get(k) for k in ("chain", "seq", "time_ms", "event", "principal", "method", "outcome")
+            )
+            if body_cols != (r.chain, r.seq, r.time_ms, r.event, r.principal, r.method, r.outcome):
+                return r.seq
+        return None
+
     @abc.abstractmethod
     def raw_checkpoints(self, chain: str) -> list[tuple[int, bytes, bytes]]:
         """``(n, payload, signature)`` of every checkpoint of ``chain`` in ``n`` order, unparsed."""

@@ -176,8 +176,9 @@ class SqliteStore(Store):
             raise _wrap(exc) from exc
 
     def column_mismatches(self, chain: str, start: int, end: int | None) -> int | None:
-        row = self._exec(
-            """
+        try:
+            row = self._db.execute(
+                """
             SELECT min(seq) FROM audit_records
             WHERE chain = ? AND seq >= ? AND seq <= ? AND (
                 json_extract(CAST(body AS TEXT), '$.chain') IS NOT chain OR
@@ -188,8 +189,14 @@ class SqliteStore(Store):
                 json_extract(CAST(body AS TEXT), '$.method') IS NOT method OR
                 json_extract(CAST(body AS TEXT), '$.outcome') IS NOT outcome)
             """,
-            (chain, start, end if end is not None else 2**62),
-        ).fetchone()
+                (chain, start, end if end is not None else 2**62),
+            ).fetchone()
+        except sqlite3.OperationalError as exc:
+            if "malformed" not in str(exc).lower():
+                raise _wrap(exc) from exc
+            return self._column_mismatches_slow(chain, start, end if end is not None else 2**62)
+        except sqlite3.Error as exc:
+            raise _wrap(exc) from exc
         return int(row[0]) if row and row[0] is not None else None
 
     def raw_checkpoints(self, chain: str) -> list[tuple[int, bytes, bytes]]:

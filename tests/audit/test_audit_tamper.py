@@ -217,3 +217,18 @@ async def test_range_verification(backend: Backend, key, clock, built) -> None:
     backend.sql("DELETE FROM audit_records WHERE seq = 15")
     report = verify(backend, key, clock, start=11, end=20)
     assert report.chains[0].first_broken == 15
+
+
+async def test_garbage_body_rechained_in_unsigned_tail(backend: Backend, key, clock) -> None:
+    """Even a non-JSON body with a recomputed hash after the last checkpoint is named."""
+    log = await AuditLog.open(backend.settings(), key, clock=clock, start_ticker=False)
+    make = rpc_record_factory(clock)
+    for i in range(5):
+        await log.append(make(i))
+    await log.abort()  # crashed writer: records 1..5 are not yet signed
+    (h4,) = backend.sql("SELECT hash FROM audit_records WHERE seq = 4")[0]
+    garbage = b"\xff not json"
+    backend.sql("UPDATE audit_records SET body = ?, hash = ? WHERE seq = 5", (garbage, chain_hash(bytes(h4), garbage)))
+    report = verify(backend, key, clock)
+    assert report.chains[0].first_broken == 5
+    assert "record_altered" in kinds(report)
