@@ -179,7 +179,7 @@ class PostgresStore(Store):
     def iter_hashes(self, chain: str, start: int, end: int | None) -> Iterator[tuple[int, bytes, bytes]]:
         conn = self._connect()
         try:
-            with conn.transaction(), conn.cursor(name="audit_iter_hashes") as cur:
+            with conn.transaction(), conn.cursor(name="audit_iter_hashes", binary=True) as cur:
                 cur.itersize = 20000
                 cur.execute(
                     "SELECT seq, body, hash FROM audit_records WHERE chain = %s AND seq >= %s AND seq <= %s"
@@ -241,7 +241,7 @@ class PostgresStore(Store):
     def _iter(self, sql: str, params: Sequence[Any]) -> Iterator[StoredRecord]:
         conn = self._connect()
         try:
-            with conn.transaction(), conn.cursor(name="audit_iter") as cur:
+            with conn.transaction(), conn.cursor(name="audit_iter", binary=True) as cur:
                 cur.itersize = 5000
                 cur.execute(sql, params)  # type: ignore[call-overload]
                 for r in cur:
