@@ -47,6 +47,10 @@ class AuditSettings(BaseModel):
     among replicas sharing one PostgreSQL database."""
     retention_days: int = 180
     """Records are kept at least this long (>= 180, enforced), then archived and purged."""
+    retention_enabled: bool = True
+    """Run retention (archive, then purge what is older than ``retention_days``) automatically."""
+    retention_interval_s: int = Field(default=86_400, ge=60)
+    """How often automatic retention runs (first run one checkpoint interval after start)."""
     checkpoint_interval_s: int = Field(default=60, ge=1, le=3600)
     """A signed checkpoint is written this often, also when idle."""
     failure_policy: FailurePolicy = FailurePolicy.FAIL_CLOSED
@@ -85,6 +89,8 @@ class AuditSettings(BaseModel):
     def _consistent(self) -> AuditSettings:
         if self.store is StoreKind.POSTGRESQL and self.dsn is None:
             raise ValueError("store = postgresql needs dsn")
+        if self.store is StoreKind.POSTGRESQL and self.retention_enabled and self.archive_dir is None:
+            raise ValueError("store = postgresql needs archive_dir (retention archives before it purges)")
         if (self.content_capture or self.archive_encrypt) and not (self.content_key_path or self.content_key_env):
             raise ValueError("content_capture and archive_encrypt need content_key_path or content_key_env")
         return self
@@ -132,9 +138,9 @@ StoreUrl = Literal["sqlite", "postgresql"]
 def store_from_url(url: str) -> AuditSettings:
     """Settings for CLI use from ``sqlite:///path``, a plain path, or ``postgresql://...``."""
     if url.startswith(("postgresql://", "postgres://")):
-        return AuditSettings(store=StoreKind.POSTGRESQL, dsn=SecretStr(url), node_id="cli")
+        return AuditSettings(store=StoreKind.POSTGRESQL, dsn=SecretStr(url), node_id="cli", retention_enabled=False)
     if url.startswith("sqlite://"):
         url = url.removeprefix("sqlite://")
     if not url:
         raise AuditConfigError("empty store location")
-    return AuditSettings(store=StoreKind.SQLITE, path=Path(url), node_id="cli")
+    return AuditSettings(store=StoreKind.SQLITE, path=Path(url), node_id="cli", retention_enabled=False)

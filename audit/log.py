@@ -596,9 +596,11 @@ class AuditLog:
     # ------------------------------------------------------------------ ticker
 
     async def _ticker(self) -> None:
-        """Periodic signed checkpoints (also when idle), recovery probes, disk watermark."""
+        """Periodic signed checkpoints (also when idle), recovery probes, disk watermark, retention."""
         from audit.retention import check_disk
 
+        settings = self.settings
+        next_retention = time.monotonic() + self.checkpoint_interval_s
         while True:
             delay = self.checkpoint_interval_s if self._healthy else self._retry_interval_s
             elapsed = time.monotonic() - self._last_cp_monotonic
@@ -611,6 +613,19 @@ class AuditLog:
             if path is not None and self.settings is not None:
                 status = await asyncio.to_thread(check_disk, path, self.settings.disk_warn_ratio)
                 self.disk_warning = status.warning
+            if settings is not None and settings.retention_enabled and time.monotonic() >= next_retention:
+                next_retention = time.monotonic() + settings.retention_interval_s
+                await self._retention_tick()
+
+    async def _retention_tick(self) -> None:
+        from audit.retention import run_retention
+
+        try:
+            await run_retention(self)
+        except AuditError as exc:
+            log.error("audit_retention_failed", chain=self.chain, error=str(exc))
+        except OSError as exc:
+            log.error("audit_retention_failed", chain=self.chain, error=exc.strerror or type(exc).__name__)
 
     def _usage_path(self) -> str | None:
         store = self._store

@@ -115,7 +115,12 @@ async def main() -> None:
     targets = [("sqlite", AuditSettings(store=StoreKind.SQLITE, path=base / "audit.db", node_id="bench"))]
     if args.dsn:
         targets.append(
-            ("postgresql", AuditSettings(store=StoreKind.POSTGRESQL, dsn=SecretStr(args.dsn), node_id="bench"))
+            (
+                "postgresql",
+                AuditSettings(
+                    store=StoreKind.POSTGRESQL, dsn=SecretStr(args.dsn), node_id="bench", retention_enabled=False
+                ),
+            )
         )
     print(
         f"# {platform.machine()}, {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}, "

@@ -19,7 +19,9 @@ from trust.sm2 import Sm2PrivateKey
 
 async def main(kind: str, where: str, key: Sm2PrivateKey) -> None:
     if kind == "postgresql":
-        settings = AuditSettings(store=StoreKind.POSTGRESQL, dsn=SecretStr(where), node_id="node-a")
+        settings = AuditSettings(
+            store=StoreKind.POSTGRESQL, dsn=SecretStr(where), node_id="node-a", retention_enabled=False
+        )
     else:
         settings = AuditSettings(store=StoreKind.SQLITE, path=Path(where), node_id="node-a")
     log = await AuditLog.open(settings, key)

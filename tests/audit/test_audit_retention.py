@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 from conftest import Backend, FakeClock, rpc_record_factory
 
@@ -131,3 +133,26 @@ def test_disk_watermark(tmp_path) -> None:
     assert check_disk(tmp_path, warn_ratio=1.0).warning is None
     status = check_disk(tmp_path, warn_ratio=0.0001)
     assert status.warning is not None and "full" in status.warning
+
+
+async def test_retention_runs_automatically(sqlite_backend: Backend, key, clock) -> None:
+    await _history(sqlite_backend, key, clock, 200)
+    settings = sqlite_backend.settings(checkpoint_interval_s=1, retention_interval_s=3600)
+    log = await AuditLog.open(settings, key, clock=clock)
+    for _ in range(50):
+        await asyncio.sleep(0.1)
+        if log.last_seq >= 16:
+            break
+    await log.close()
+    with open_store(settings) as store:
+        assert store.bounds("node-a")[0] == 11  # type: ignore[index]
+        assert verify_store(store, [key.public_key()], now_ms=clock()).ok
+
+
+def test_postgresql_needs_an_archive_dir() -> None:
+    from pydantic import SecretStr
+
+    from audit.config import AuditSettings, StoreKind
+
+    with pytest.raises(ValueError, match="archive_dir"):
+        AuditSettings(store=StoreKind.POSTGRESQL, dsn=SecretStr("postgresql://x@y/z"))
