@@ -295,3 +295,13 @@ def test_embed_one_string_or_many(client, stand_in):
     client.embed("all-MiniLM-L6-v2", ["a", "b"], normalize=False)
     request = stand_in.state.last("Embed").request
     assert list(request.inputs) == ["a", "b"] and request.HasField("normalize") and not request.normalize
+
+
+def test_check_compatibility(client, monkeypatch):
+    from xinserve_client import IncompatibleServerError, _common
+
+    assert client.check_compatibility().schema_revision == 1
+    monkeypatch.setattr(_common, "SCHEMA_REVISION", 0)
+    with pytest.raises(IncompatibleServerError, match="upgrade xinserve-client") as info:
+        client.check_compatibility()
+    assert isinstance(info.value, FailedPreconditionError)

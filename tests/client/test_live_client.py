@@ -172,7 +172,7 @@ async def test_models_server_info_health(client):
     assert models[MINILM].kind == model_pb2.MODEL_KIND_EMBED
     assert all(m.state == model_pb2.MODEL_STATE_READY for m in models.values())
     assert (await client.get_model(MINILM)).name == MINILM
-    info = await client.server_info()
+    info = await client.check_compatibility()
     assert info.server_version and info.schema_revision >= 1
     assert await client.health() == "SERVING"
     assert await client.health("xinserve.v1.InferenceService") == "SERVING"

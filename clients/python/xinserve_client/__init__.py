@@ -13,12 +13,13 @@ from collections.abc import Sequence
 
 from ._async import AsyncResponseStream, AsyncXinserveClient
 from ._base import DEFAULT_TARGET
-from ._common import CLIENT_VERSION, DEFAULT, SAMPLING_PARAM_NAMES, build_sampling_params
+from ._common import CLIENT_VERSION, DEFAULT, SAMPLING_PARAM_NAMES, SCHEMA_REVISION, build_sampling_params
 from ._sync import ResponseStream, XinserveClient
 from .errors import (
     CancelledError,
     DeadlineExceededError,
     FailedPreconditionError,
+    IncompatibleServerError,
     InvalidArgumentError,
     NotFoundError,
     PermissionDeniedError,
@@ -34,11 +35,13 @@ __all__ = [
     "DEFAULT",
     "DEFAULT_TARGET",
     "SAMPLING_PARAM_NAMES",
+    "SCHEMA_REVISION",
     "AsyncResponseStream",
     "AsyncXinserveClient",
     "CancelledError",
     "DeadlineExceededError",
     "FailedPreconditionError",
+    "IncompatibleServerError",
     "InvalidArgumentError",
     "NotFoundError",
     "PermissionDeniedError",

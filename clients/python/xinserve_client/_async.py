@@ -28,6 +28,7 @@ from ._common import (
     ChatMessageLike,
     Prompt,
     Timeout,
+    check_schema,
     decode_health_response,
     encode_health_request,
 )
@@ -483,6 +484,21 @@ class AsyncXinserveClient(_ClientBase):
         """Server version, schema revision, backend, devices and capabilities (``GetServerInfo``)."""
         kwargs, rid = self._call_args(timeout=timeout, control=True, metadata=metadata)
         return await self._unary(self._server.GetServerInfo, server_pb2.GetServerInfoRequest(), kwargs, rid)  # type: ignore[no-any-return]
+
+    async def check_compatibility(self, *, timeout: Timeout = DEFAULT) -> server_pb2.GetServerInfoResponse:
+        """Check that the server still supports this client's contract revision.
+
+        Returns:
+            The server's ``GetServerInfoResponse``.
+
+        Raises:
+            IncompatibleServerError: the server's ``min_client_revision`` is above
+                :data:`~xinserve_client.SCHEMA_REVISION`.
+            XinserveError: the GetServerInfo call failed.
+        """
+        info = await self.server_info(timeout=timeout)
+        check_schema(info)
+        return info
 
     async def load(
         self,

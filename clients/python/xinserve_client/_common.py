@@ -15,7 +15,7 @@ import grpc
 
 from xinserve.v1 import common_pb2, inference_pb2, sampling_pb2
 
-from .errors import UnavailableError
+from .errors import IncompatibleServerError, UnavailableError
 
 __all__ = [
     "DEFAULT",
@@ -28,6 +28,8 @@ __all__ = [
 ]
 
 CLIENT_VERSION = "0.1.0"
+SCHEMA_REVISION = 1
+"""Revision of the xinserve.v1 contract this client was built against (GetServerInfo compares)."""
 MiB = 1024 * 1024
 
 
@@ -327,6 +329,16 @@ def call_metadata(
     if metadata:
         md.extend(metadata)
     return md, rid
+
+
+def check_schema(info: Any) -> None:
+    """Raise IncompatibleServerError if the server no longer supports this client's revision."""
+    if info.min_client_revision > SCHEMA_REVISION:
+        raise IncompatibleServerError(
+            f"the server needs xinserve.v1 schema revision >= {info.min_client_revision}, this client "
+            f"implements {SCHEMA_REVISION}: upgrade xinserve-client",
+            code=grpc.StatusCode.FAILED_PRECONDITION,
+        )
 
 
 def resolve_timeout(timeout: Timeout, default: float | None) -> float | None:

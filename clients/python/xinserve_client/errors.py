@@ -38,6 +38,7 @@ __all__ = [
     "CancelledError",
     "DeadlineExceededError",
     "FailedPreconditionError",
+    "IncompatibleServerError",
     "InvalidArgumentError",
     "NotFoundError",
     "PermissionDeniedError",
@@ -215,6 +216,11 @@ class FailedPreconditionError(XinserveError):
     """FAILED_PRECONDITION: e.g. the model cannot be served (failed verification, wrong kind)."""
 
     code = grpc.StatusCode.FAILED_PRECONDITION
+
+
+class IncompatibleServerError(FailedPreconditionError):
+    """Raised by ``check_compatibility()`` (client side, no RPC status): the server's
+    ``min_client_revision`` is newer than this client's schema revision."""
 
 
 _BY_CODE: dict[grpc.StatusCode, type[XinserveError]] = {
