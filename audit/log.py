@@ -363,7 +363,12 @@ class AuditLog:
         try:
             await self._submit("cp", (CheckpointKind.CLOSE, {}))
         except AuditError as exc:
-            log.error("audit_close_checkpoint_failed", chain=self.chain, error=str(exc))
+            log.error(
+                "audit_close_checkpoint_failed",
+                chain=self.chain,
+                error=str(exc),
+                backlog_lost=len(self._state.backlog) + self._state.pending_lost,
+            )
         self._closed = True
         self._pending.append(None)
         self._wake.set()
