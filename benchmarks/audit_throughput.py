@@ -112,13 +112,14 @@ async def main() -> None:
     args = ap.parse_args()
     key = Sm2PrivateKey.generate()
     base = Path(tempfile.mkdtemp(prefix="audit-bench-", dir=args.dir))
-    targets = [("sqlite", AuditSettings(store=StoreKind.SQLITE, path=base / "audit.db", node_id="bench"))]
+    run_id = f"bench-{os.getpid()}-{int(time.time())}"  # a fresh chain per run (PostgreSQL keeps old ones)
+    targets = [("sqlite", AuditSettings(store=StoreKind.SQLITE, path=base / "audit.db", node_id=run_id))]
     if args.dsn:
         targets.append(
             (
                 "postgresql",
                 AuditSettings(
-                    store=StoreKind.POSTGRESQL, dsn=SecretStr(args.dsn), node_id="bench", retention_enabled=False
+                    store=StoreKind.POSTGRESQL, dsn=SecretStr(args.dsn), node_id=run_id, retention_enabled=False
                 ),
             )
         )
@@ -141,17 +142,17 @@ async def run_targets(args: argparse.Namespace, key: Sm2PrivateKey, targets: lis
             f"(process CPU {cpu * 1e6:.1f} us/append, i.e. {1 / cpu:,.0f}/s per fully available core)"
         )
         rate32, lat32, _ = await throughput(
-            settings.model_copy(update={"node_id": "bench-rpc"}), key, 20_000, args.rpc_clients
+            settings.model_copy(update={"node_id": settings.node_id + "-rpc"}), key, 20_000, args.rpc_clients
         )
         print(
             f"{name}: latency per append at {args.rpc_clients} concurrent RPCs: p50 {pct(lat32, 50):.3f} ms, "
             f"p99 {pct(lat32, 99):.3f} ms ({rate32:,.0f} appends/s)"
         )
-        lat1 = await sequential_latency(settings.model_copy(update={"node_id": "bench-seq"}), key, 2000)
+        lat1 = await sequential_latency(settings.model_copy(update={"node_id": settings.node_id + "-seq"}), key, 2000)
         print(f"{name}: latency per append, one caller (one fsync each): p50 {pct(lat1, 50):.3f} ms")
         with open_store(settings) as store:
             t0, c0 = time.perf_counter(), time.process_time()
-            report = verify_store(store, [key.public_key()], chain="bench")
+            report = verify_store(store, [key.public_key()], chain=settings.node_id)
             elapsed, vcpu = time.perf_counter() - t0, time.process_time() - c0
         assert report.ok, report.to_json()
         print(
