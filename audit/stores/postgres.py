@@ -110,6 +110,13 @@ class PostgresStore(Store):
     def create_schema(self) -> None:
         conn = self._connect()
         try:
+            # Skip the DDL when the schema exists: CREATE INDEX IF NOT EXISTS still takes a
+            # lock that would briefly block the other replicas' inserts.
+            row = conn.execute(
+                "SELECT to_regclass('audit_records') IS NOT NULL AND to_regclass('audit_checkpoints') IS NOT NULL"
+            ).fetchone()
+            if row and row[0]:
+                return
             with conn.transaction():
                 conn.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))
                 for stmt in _SCHEMA:
