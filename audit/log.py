@@ -20,8 +20,9 @@ import collections
 import concurrent.futures
 import contextlib
 import os
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -351,6 +352,58 @@ class AuditLog:
                 return list(store.query(flt))
 
         return await asyncio.to_thread(run)
+
+    async def stream(self, flt: QueryFilter, *, chunk: int = 500) -> AsyncIterator[dict[str, Any]]:
+        """Matching records as export dicts (see ``audit.query.stored_to_json``), streamed.
+
+        For ``AuditService``'s JSON-lines export: a worker thread reads on its own connection
+        and hands over chunks through a bounded queue, so memory stays flat for any range.
+        """
+        from audit.query import query_records
+
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[Any] = asyncio.Queue(maxsize=4)
+        stop = threading.Event()
+        done = object()
+
+        def put(item: Any) -> None:
+            asyncio.run_coroutine_threadsafe(queue.put(item), loop).result()
+
+        def produce() -> None:
+            try:
+                with self._store_factory() as store:
+                    buf: list[dict[str, Any]] = []
+                    for obj in query_records(store, flt):
+                        buf.append(obj)
+                        if len(buf) >= chunk:
+                            put(buf)
+                            buf = []
+                            if stop.is_set():
+                                return
+                    if buf:
+                        put(buf)
+            except BaseException as exc:
+                put(exc)
+            finally:
+                put(done)
+
+        producer = loop.run_in_executor(None, produce)
+        try:
+            while (item := await queue.get()) is not done:
+                if isinstance(item, BaseException):
+                    if isinstance(item, AuditStoreError):
+                        raise AuditUnavailable(f"audit store unavailable: {item}") from None
+                    raise item
+                for obj in item:
+                    yield obj
+        finally:
+            stop.set()
+            while not producer.done():
+                with contextlib.suppress(asyncio.QueueEmpty):
+                    queue.get_nowait()
+                await asyncio.sleep(0)
+            with contextlib.suppress(BaseException):
+                await producer
 
     async def close(self) -> None:
         """Flush everything queued, write the closing checkpoint, release the store."""

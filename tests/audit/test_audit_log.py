@@ -130,3 +130,18 @@ def test_retention_below_180_days_is_refused(backend: Backend) -> None:
         from audit.config import store_from_url
 
         store_from_url("")
+
+
+async def test_stream_export(backend: Backend, key) -> None:
+    log = await AuditLog.open(backend.settings(), key, start_ticker=False)
+    make = rpc_record_factory()
+    await asyncio.gather(*(log.append(make(i)) for i in range(1200)))
+    got = [obj async for obj in log.stream(QueryFilter(principal="user-2"), chunk=100)]
+    assert len(got) == 400 and {o["principal"] for o in got} == {"user-2"}
+    assert all(set(o) >= {"chain", "seq", "hash", "time", "event", "outcome"} for o in got)
+    # a consumer that stops early does not leave the producer thread blocked
+    agen = log.stream(QueryFilter(), chunk=10)
+    first = [await agen.__anext__() for _ in range(3)]
+    await agen.aclose()
+    assert [o["seq"] for o in first] == [1, 2, 3]
+    await log.close()
