@@ -1,9 +1,9 @@
 """Start-up, serving and shutdown of the server process (``xinserve serve``).
 
-Order (ARCHITECTURE.md): load config → [open audit: audit issue] → [TEE attest: later] →
-start listeners with health NOT_SERVING → for each model: [verify signature: signing
-issue] → load engine → health SERVING → serve. SIGTERM/SIGINT: health NOT_SERVING, new
-inference calls UNAVAILABLE, in-flight calls get ``drain_grace_seconds`` to finish, the
+Order (ARCHITECTURE.md): load config → verify the running image signature if configured
+→ [open audit: audit issue] → [TEE attest: later] → start listeners with health NOT_SERVING
+→ for each model: verify its SM2 signature (fail closed) → load engine → health SERVING
+→ serve. SIGTERM/SIGINT: health NOT_SERVING, new inference calls UNAVAILABLE, in-flight calls get ``drain_grace_seconds`` to finish, the
 rest are cancelled (which aborts their engine requests), engines stop, exit 0.
 """
 
@@ -24,12 +24,23 @@ from service.auth import Authenticator, load_token_file
 from service.config import Settings
 from service.frontend import Frontend
 from service.logs import get_logger
-from service.runtime import ModelEntry, ModelState, Runtime
+from service.runtime import ModelEntry, ModelState, Runtime, Verification
+from trust.demo import ensure_demo_key, sign_if_unsigned
+from trust.errors import Reason, VerificationError
+from trust.image_signing import verify_image
+from trust.model_signing import verify_model_async
+from trust.trust_store import TrustStore
 
 log = get_logger("xinserve.server")
 
 EXIT_OK = 0
 EXIT_NO_MODEL = 4  # 2 (configuration) and 3 (environment) are returned by service.commands
+EXIT_REFUSED = 5
+
+
+class StartupRefused(Exception):
+    """A fail-closed check at start failed (e.g. the running image's signature). Safe to print."""
+
 
 # Engine arguments for the built-in models (tiny; CPU-friendly).
 _BUILTIN_OPTIONS = {
@@ -52,20 +63,95 @@ def authenticator_for(settings: Settings) -> Authenticator:
     return Authenticator(tokens, settings.auth.required)
 
 
-async def model_entries(settings: Settings, profile: PlatformProfile) -> list[ModelEntry]:
-    """The configured models, or the embedded defaults (built on first use) if none."""
+async def model_entries(settings: Settings, profile: PlatformProfile) -> tuple[list[ModelEntry], TrustStore | None]:
+    """The configured models, or the embedded defaults (built on first use) if none, and the
+    trust store their signatures are checked against.
+
+    The embedded defaults are signed on first run with a local demo key that only the demo
+    trust store trusts (trust.demo), so the verification path runs by default.
+
+    Raises:
+        TrustStoreError: the configured trust store is malformed.
+    """
     engine_args = settings.engine.engine_args()
     entries: list[ModelEntry] = []
     if settings.models:
         for m in settings.models:
             engine = VllmEngine(m.name, m.kind, m.path, profile, engine_args, m.lora)
             entries.append(ModelEntry(m.name, m.kind, m.path, engine))
-        return entries
-    for builtin in await asyncio.to_thread(builtin_models, settings.data_dir):
+        store_dir = settings.trust.trust_store_dir
+        store = await asyncio.to_thread(TrustStore.load, store_dir) if store_dir else None
+        return entries, store
+
+    def prepare() -> tuple[list, TrustStore]:
+        builtins = builtin_models(settings.data_dir)
+        key, demo_store_dir = ensure_demo_key(settings.data_dir)
+        for b in builtins:
+            if sign_if_unsigned(b.path, key, b.name):
+                log.info("builtin_model_signed_with_demo_key", model=b.name, key_id=key.public_key().key_id)
+        return builtins, TrustStore.load(demo_store_dir)
+
+    builtins, store = await asyncio.to_thread(prepare)
+    for builtin in builtins:
         options = {**_BUILTIN_OPTIONS[builtin.kind], **engine_args}
-        engine = VllmEngine(builtin.name, builtin.kind, builtin.path, profile, options)  # type: ignore[arg-type]
-        entries.append(ModelEntry(builtin.name, builtin.kind, builtin.path, engine))  # type: ignore[arg-type]
-    return entries
+        engine = VllmEngine(builtin.name, builtin.kind, builtin.path, profile, options)
+        entries.append(ModelEntry(builtin.name, builtin.kind, builtin.path, engine))
+    return entries, store
+
+
+async def verify_entry(entry: ModelEntry, store: TrustStore | None, allow_unsigned: bool) -> bool:
+    """Verify a model's signature before its engine may load it (fail closed).
+
+    Returns True if the model may be loaded: verified, or failed with ``allow_unsigned``
+    (then marked UNSIGNED_ALLOWED and warned about loudly).
+    """
+    try:
+        if store is None:
+            raise VerificationError(Reason.UNTRUSTED_KEY, "no trust store is configured (trust.trust_store_dir)")
+        result = await verify_model_async(entry.path, store, entry.name)
+    except VerificationError as exc:
+        detail = f"{exc.reason.value}: {exc.detail}" if hasattr(exc.reason, "value") else str(exc)
+        entry.verification_detail = detail
+        if allow_unsigned:
+            entry.verification = Verification.UNSIGNED_ALLOWED
+            log.warning(
+                "UNVERIFIED_MODEL_SERVED",
+                model=entry.name,
+                reason=detail,
+                note="--allow-unsigned-models is for development only",
+            )
+            return True
+        entry.verification = Verification.FAILED
+        entry.state = ModelState.FAILED
+        entry.state_reason = f"signature verification failed: {detail}"
+        log.error("model_verification_failed", model=entry.name, reason=detail)
+        return False
+    entry.verification = Verification.VERIFIED
+    entry.manifest_digest = result.manifest_digest
+    entry.verification_detail = f"signed by {result.key_name} (key {result.key_id[:16]}), {result.files} files"
+    log.info("model_verified", model=entry.name, manifest_digest=result.manifest_digest, key_id=result.key_id)
+    return True
+
+
+def verify_running_image(settings: Settings, store: TrustStore | None) -> None:
+    """If an image signature and the running digest are configured, they must verify.
+
+    Raises:
+        StartupRefused: no trust store, unreadable envelope, or the signature does not verify.
+    """
+    t = settings.trust
+    if t.image_signature_file is None or t.image_digest is None:
+        return
+    if store is None:
+        raise StartupRefused("an image signature is configured but no trust store (trust.trust_store_dir)")
+    try:
+        envelope = t.image_signature_file.read_bytes()
+        result = verify_image(envelope, store, t.image_digest)
+    except OSError as exc:
+        raise StartupRefused(f"cannot read the image signature: {exc.strerror}") from None
+    except VerificationError as exc:
+        raise StartupRefused(f"the running image {t.image_digest} does not verify: {exc}") from None
+    log.info("image_verified", digest=result.digest, key_id=result.key_id)
 
 
 @dataclass
@@ -76,6 +162,7 @@ class Server:
     runtime: Runtime
     frontend: Frontend
     profile: PlatformProfile
+    trust_store: TrustStore | None = None
     stop_requested: asyncio.Event = field(default_factory=asyncio.Event)
 
     @classmethod
@@ -89,18 +176,35 @@ class Server:
         """
         offline_environment()
         profile = resolve_device(settings.engine.device, settings.engine.visible_devices)
+        if settings.trust.allow_unsigned_models:
+            log.warning("ALLOW_UNSIGNED_MODELS", note="models that fail verification will be served: development only")
+        configured_store = (
+            await asyncio.to_thread(TrustStore.load, settings.trust.trust_store_dir)
+            if settings.trust.trust_store_dir
+            else None
+        )
+        verify_running_image(settings, configured_store)
         runtime = Runtime(settings)
         frontend = Frontend(runtime, settings, authenticator_for(settings), profile.device)
         await frontend.start()
-        for entry in await model_entries(settings, profile):
+        entries, store = await model_entries(settings, profile)
+        for entry in entries:
             runtime.add_model(entry)
         for entry in runtime.models.values():
             await runtime.mark(entry, ModelState.LOADING)
-        return cls(settings, runtime, frontend, profile)
+        return cls(settings, runtime, frontend, profile, store)
 
     async def load_models(self) -> bool:
-        """Load every model; health turns SERVING if at least one is ready. Returns that."""
-        await asyncio.gather(*(self.runtime.load_model(e) for e in self.runtime.models.values()))
+        """Verify then load every model; health turns SERVING if at least one is ready. Returns that."""
+        allow = self.settings.trust.allow_unsigned_models
+
+        async def one(entry: ModelEntry) -> None:
+            if await verify_entry(entry, self.trust_store, allow):
+                await self.runtime.load_model(entry)
+            else:
+                await self.runtime.mark(entry, ModelState.FAILED, entry.state_reason)
+
+        await asyncio.gather(*(one(e) for e in self.runtime.models.values()))
         ready = self.runtime.ready_engines()
         if ready:
             await self.runtime.set_serving(True)

@@ -13,6 +13,7 @@ from engine_backends.platforms import DEVICE_CHOICES
 from service import logs
 from service.auth import TokenFileError, hash_token, new_token
 from service.config import ConfigError, load_settings
+from trust.errors import TrustStoreError
 
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
@@ -23,8 +24,8 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
             "Run the xinserve gRPC server. With no --model it serves the embedded default models "
             "(xinserve-tiny-llama for generation, all-MiniLM-L6-v2 for embeddings). Options also come "
             "from --config (YAML) and XINSERVE_* variables; flags win. Exit codes: 0 stopped cleanly, "
-            "2 invalid configuration, 3 environment error (device plugin missing, port in use), "
-            "4 no model could be served."
+            "2 invalid configuration, 3 environment error (device plugin missing, port in use, bad trust "
+            "store), 4 no model could be served, 5 the running image's signature did not verify."
         ),
     )
     p.add_argument("--config", type=Path, help="YAML configuration file")
@@ -52,6 +53,15 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
         metavar="NAME=PATH[:embed]",
         help="serve a local model directory under NAME (repeatable); ':embed' for embedding models",
     )
+    p.add_argument("--trust-store", type=Path, help="directory of trusted SM2 keys for --model directories")
+    p.add_argument(
+        "--allow-unsigned-models",
+        action="store_true",
+        default=None,
+        help="DEVELOPMENT ONLY: serve models that fail signature verification (warned and recorded)",
+    )
+    p.add_argument("--image-signature", type=Path, help="DSSE envelope signing the running image")
+    p.add_argument("--image-digest", help="the running image's digest (sha256:...)")
     p.add_argument("--device", choices=DEVICE_CHOICES, help="accelerator kind (default auto)")
     p.add_argument("--data-dir", type=Path, help="where built-in models, keys and the audit log live")
     p.add_argument("--max-model-len", type=int)
@@ -116,6 +126,10 @@ def overrides_from_args(args: argparse.Namespace) -> dict[str, Any]:
     put("auth.required", args.auth_required)
     if args.model:
         put("models", [_parse_model(s) for s in args.model])
+    put("trust.trust_store_dir", args.trust_store)
+    put("trust.allow_unsigned_models", args.allow_unsigned_models)
+    put("trust.image_signature_file", args.image_signature)
+    put("trust.image_digest", args.image_digest)
     put("engine.device", args.device)
     put("data_dir", args.data_dir)
     put("engine.max_model_len", args.max_model_len)
@@ -141,7 +155,8 @@ EXIT_ENVIRONMENT = 3
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from service.app import data_dir_ok, serve  # imports the engine (seconds): only when serving
+    # Imports the engine (seconds): only when serving.
+    from service.app import EXIT_REFUSED, StartupRefused, data_dir_ok, serve
 
     try:
         settings = load_settings(args.config, overrides_from_args(args))
@@ -154,9 +169,12 @@ def _serve(args: argparse.Namespace) -> int:
         return EXIT_ENVIRONMENT
     try:
         return asyncio.run(serve(settings))
-    except (PlatformError, TokenFileError) as exc:
+    except (PlatformError, TokenFileError, TrustStoreError) as exc:
         print(f"xinserve serve: {exc}", file=sys.stderr)
         return EXIT_ENVIRONMENT
+    except StartupRefused as exc:
+        print(f"xinserve serve: refusing to start: {exc}", file=sys.stderr)
+        return EXIT_REFUSED
     except RuntimeError as exc:
         if "Failed to bind" in str(exc) or "bind" in str(exc).lower():
             print(f"xinserve serve: cannot listen: {exc}", file=sys.stderr)

@@ -90,6 +90,20 @@ class ModelSettings(_Model):
     """LoRA adapter name -> local directory."""
 
 
+class TrustSettings(_Model):
+    """Signature verification of models (and of the running image) before anything is served."""
+
+    trust_store_dir: Path | None = None
+    """Trusted SM2 public keys and revocations (docs/signing.md). The embedded default models
+    use the local demo trust store under data_dir instead."""
+    allow_unsigned_models: bool = False
+    """Serve models whose verification fails (development only: warned and recorded)."""
+    image_signature_file: Path | None = None
+    """DSSE envelope signing the running container image (``xinserve sign image``)."""
+    image_digest: str | None = Field(default=None, pattern=r"^sha256:[0-9a-f]{64}$")
+    """Digest of the running image (e.g. from the orchestrator); checked against the signature."""
+
+
 class EngineSettings(_Model):
     """vLLM engine arguments (names as vLLM's EngineArgs). None = vLLM's or the device's default."""
 
@@ -159,6 +173,7 @@ class Settings(BaseSettings):
     auth: AuthSettings = Field(default_factory=AuthSettings)
     models: list[ModelSettings] = Field(default_factory=list)
     """Models to serve; empty serves the embedded default models."""
+    trust: TrustSettings = Field(default_factory=TrustSettings)
     engine: EngineSettings = Field(default_factory=EngineSettings)
     admission: AdmissionSettings = Field(default_factory=AdmissionSettings)
     limits: LimitsSettings = Field(default_factory=LimitsSettings)
@@ -190,6 +205,13 @@ class Settings(BaseSettings):
                 raise ValueError(f"tls.{name}: no such file: {path}")
         if self.auth.token_file is not None and not self.auth.token_file.is_file():
             raise ValueError(f"auth.token_file: no such file: {self.auth.token_file}")
+        t = self.trust
+        if (t.image_signature_file is None) != (t.image_digest is None):
+            raise ValueError("trust.image_signature_file and trust.image_digest must be set together")
+        if t.image_signature_file is not None and not t.image_signature_file.is_file():
+            raise ValueError(f"trust.image_signature_file: no such file: {t.image_signature_file}")
+        if t.trust_store_dir is not None and not t.trust_store_dir.is_dir():
+            raise ValueError(f"trust.trust_store_dir: no such directory: {t.trust_store_dir}")
         names = [m.name for m in self.models]
         if len(set(names)) != len(names):
             raise ValueError("models: served names must be unique")
