@@ -3,8 +3,9 @@
 Order (ARCHITECTURE.md): load config → verify the running image signature if configured
 → [open audit: audit issue] → [TEE attest: later] → start listeners with health NOT_SERVING
 → for each model: verify its SM2 signature (fail closed) → load engine → health SERVING
-→ serve. SIGTERM/SIGINT: health NOT_SERVING, new inference calls UNAVAILABLE, in-flight calls get ``drain_grace_seconds`` to finish, the
-rest are cancelled (which aborts their engine requests), engines stop, exit 0.
+→ serve. SIGTERM/SIGINT: health NOT_SERVING, new inference calls UNAVAILABLE, in-flight
+calls get ``drain_grace_seconds`` to finish, the rest are cancelled (which aborts their engine
+requests), engines stop, exit 0.
 """
 
 from __future__ import annotations

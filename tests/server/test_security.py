@@ -117,7 +117,7 @@ async def test_principal_is_attached_to_the_call(live_server, pki, token_file):
         "listen": {"plaintext": ["127.0.0.1:0"]},
         "auth": {"token_file": str(token_file), "required": True},
     }
-    async with extra_frontend(live_server, overrides) as (frontend, _, port):
+    async with extra_frontend(live_server, overrides) as (_frontend, _, port):
 
         def spy(self, name, value):
             if name == "principal":
