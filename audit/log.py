@@ -70,6 +70,20 @@ class _Item:
 
 
 @dataclass(slots=True)
+class _Prepared:
+    """A batch encoded and hashed on the encoder thread, ready to be written."""
+
+    batch: list[_Item]
+    records: list[StoredRecord]
+    checkpoints: list[SignedCheckpoint]
+    results: list[Any]
+    saved: tuple[int, bytes, int, bytes]
+    """Chain state before this batch (restored if its write fails)."""
+    backlog: list[AuditRecord]
+    lost: int
+
+
+@dataclass(slots=True)
 class _ChainState:
     seq: int = 0
     head: bytes = GENESIS
@@ -109,7 +123,12 @@ class AuditLog:
         self._max_batch = max_batch
         self._clock = clock
         self.settings = settings
-        self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="audit-writer")
+        # Two single threads form a pipeline: the encoder assigns sequence numbers, encodes,
+        # hashes and signs batch k+1 while the committer writes and fsyncs batch k.
+        self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="audit-encoder")
+        self._commit_executor = concurrent.futures.ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix="audit-committer"
+        )
         self._store: Store | None = None
         self._state = _ChainState()
         self._pending: collections.deque[_Item | None] = collections.deque()
@@ -169,9 +188,11 @@ class AuditLog:
             await loop.run_in_executor(self._executor, self._open_sync)
         except AuditStoreError as exc:
             self._executor.shutdown(wait=False)
+            self._commit_executor.shutdown(wait=False)
             raise AuditUnavailable(f"audit store unreachable at start: {exc}") from None
         except BaseException:
             self._executor.shutdown(wait=False)
+            self._commit_executor.shutdown(wait=False)
             raise
         self._writer_task = asyncio.create_task(self._writer(), name="audit-writer")
         if start_ticker:
@@ -429,6 +450,7 @@ class AuditLog:
             await self._writer_task
         await asyncio.get_running_loop().run_in_executor(self._executor, self._close_store)
         self._executor.shutdown(wait=True)
+        self._commit_executor.shutdown(wait=True)
 
     def _close_store(self) -> None:
         if self._store is not None:
@@ -443,23 +465,56 @@ class AuditLog:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
+        await asyncio.to_thread(self._commit_executor.shutdown, wait=True)  # let a running write end
         await asyncio.get_running_loop().run_in_executor(self._executor, self._close_store)
         self._executor.shutdown(wait=True)
+        self._commit_executor.shutdown(wait=True)
 
     # ------------------------------------------------------------------ writer
 
     async def _writer(self) -> None:
         loop = asyncio.get_running_loop()
         pending = self._pending
+        inflight: tuple[_Prepared, asyncio.Future[None]] | None = None
+
+        async def finish(successor: _Prepared | None = None) -> bool:
+            """Wait for the batch being written; resolve it. False if the write failed.
+
+            ``successor`` is a batch already numbered on top of it: on failure it is undone
+            first (newest first), so the chain state returns to before the failed batch.
+            """
+            nonlocal inflight
+            assert inflight is not None
+            prepared, fut = inflight
+            inflight = None
+            try:
+                await fut
+            except AuditStoreError as exc:
+                if successor is not None:
+                    self._rollback(successor)
+                self._rollback(prepared)
+                self._on_failure(exc, prepared.batch)
+                return False
+            self._committed(prepared)
+            self._on_success(prepared.batch, prepared.results)
+            return True
+
         while True:
             if not pending:
+                if inflight is not None:
+                    await finish()
+                    continue
                 self._wake.clear()
                 await self._wake.wait()
                 continue
-            item = pending.popleft()
-            if item is None:
-                return
-            if item.kind == "call":
+            item = pending[0]
+            if item is None or item.kind == "call":
+                if inflight is not None:
+                    await finish()
+                    continue
+                pending.popleft()
+                if item is None:
+                    return
                 try:
                     result = await loop.run_in_executor(self._executor, self._call_sync, item.payload)
                 except BaseException as exc:  # delivered to the caller
@@ -469,26 +524,29 @@ class AuditLog:
                     if not item.future.done():
                         item.future.set_result(result)
                 continue
-            batch = [item]
-            stop = False
+            batch: list[_Item] = []
             while pending and len(batch) < self._max_batch:
                 nxt = pending[0]
-                if nxt is None:
-                    pending.popleft()
-                    stop = True
-                    break
-                if nxt.kind == "call":
+                if nxt is None or nxt.kind == "call":
                     break
                 batch.append(nxt)
                 pending.popleft()
+            if inflight is not None and self._state.needs_resync:
+                await finish()  # never encode on top of a batch whose write may fail
             try:
-                results = await loop.run_in_executor(self._executor, self._commit_sync, batch)
-            except AuditStoreError as exc:
+                prepared = await loop.run_in_executor(self._executor, self._prepare_sync, batch)
+            except AuditStoreError as exc:  # reopening or resyncing the store failed
+                if inflight is not None:
+                    await finish()
                 self._on_failure(exc, batch)
-            else:
-                self._on_success(batch, results)
-            if stop:
-                return
+                continue
+            if inflight is not None and not await finish(prepared):
+                # The previous write failed and this batch, numbered on top of it, was undone:
+                # put it back to be retried (and handled by the failure policy) next.
+                pending.extendleft(reversed(batch))
+                continue
+            fut = loop.run_in_executor(self._commit_executor, self._write_sync, prepared)
+            inflight = (prepared, fut)
 
     def _call_sync(self, fn: Callable[[Store, AuditLog], Any]) -> Any:
         if self._store is None:
@@ -508,9 +566,9 @@ class AuditLog:
             st.seq, st.head = head
         st.needs_resync = False
 
-    def _commit_sync(self, batch: list[_Item]) -> list[Any]:
+    def _prepare_sync(self, batch: list[_Item]) -> _Prepared:
+        """Encoder thread: number, encode, hash and sign a batch (and any backlog) in memory."""
         st = self._state
-        saved = (st.seq, st.head, st.cp_n, st.cp_digest)
         if self._store is None:
             try:
                 store = self._store_factory()
@@ -518,15 +576,16 @@ class AuditLog:
             except WriterConflict as exc:
                 raise AuditStoreError(str(exc)) from None
             self._store = store
-        store = self._store
+        if st.needs_resync:
+            self._resync(self._store)
+        saved = (st.seq, st.head, st.cp_n, st.cp_digest)
+        records: list[StoredRecord] = []
+        checkpoints: list[SignedCheckpoint] = []
+        results: list[Any] = []
+        lost, st.pending_lost = st.pending_lost, 0
+        backlog = list(st.backlog)
+        st.backlog.clear()
         try:
-            if st.needs_resync:
-                self._resync(store)
-                saved = (st.seq, st.head, st.cp_n, st.cp_digest)
-            records: list[StoredRecord] = []
-            checkpoints: list[SignedCheckpoint] = []
-            results: list[Any] = []
-            lost = st.pending_lost
             if lost:
                 self._encode_into(
                     AuditRecord(
@@ -537,7 +596,7 @@ class AuditLog:
                     ),
                     records,
                 )
-            for rec in st.backlog:
+            for rec in backlog:
                 with contextlib.suppress(AuditEncodingError):
                     self._encode_into(rec, records)
             for item in batch:
@@ -551,23 +610,34 @@ class AuditLog:
                     cp = self._make_checkpoint(kind, extra)
                     checkpoints.append(cp)
                     results.append(cp)
-            t0 = time.perf_counter()
-            store.write(records, checkpoints)
-            metrics.COMMIT_SECONDS.observe(time.perf_counter() - t0)
-        except AuditStoreError:
-            st.seq, st.head, st.cp_n, st.cp_digest = saved
-            st.needs_resync = True
-            raise
         except BaseException:
             st.seq, st.head, st.cp_n, st.cp_digest = saved
+            st.pending_lost += lost
+            st.backlog.extendleft(reversed(backlog))
             raise
-        if lost:
-            st.pending_lost = 0
-        metrics.RECORDS.inc(len(records))
-        st.backlog.clear()
-        for cp in checkpoints:
+        return _Prepared(batch, records, checkpoints, results, saved, backlog, lost)
+
+    def _write_sync(self, prepared: _Prepared) -> None:
+        """Committer thread: one durable transaction for the whole batch."""
+        store = self._store
+        if store is None:
+            raise AuditStoreError("the audit store is closed")
+        t0 = time.perf_counter()
+        store.write(prepared.records, prepared.checkpoints)
+        metrics.COMMIT_SECONDS.observe(time.perf_counter() - t0)
+
+    def _committed(self, prepared: _Prepared) -> None:
+        metrics.RECORDS.inc(len(prepared.records))
+        for cp in prepared.checkpoints:
             self._after_checkpoint(cp)
-        return results
+
+    def _rollback(self, prepared: _Prepared) -> None:
+        """Undo a prepared batch that was not written (called with no encoding in progress)."""
+        st = self._state
+        st.seq, st.head, st.cp_n, st.cp_digest = prepared.saved
+        st.needs_resync = True
+        st.pending_lost += prepared.lost
+        st.backlog.extendleft(reversed(prepared.backlog))
 
     def _encode_into(self, record: AuditRecord, out: list[StoredRecord]) -> int:
         st = self._state

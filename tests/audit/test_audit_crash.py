@@ -208,3 +208,42 @@ async def test_database_connection_lost_then_recovered(backend: Backend, key) ->
     await log.close()
     with open_store(settings) as store:
         assert verify_store(store, [key.public_key()]).ok
+
+
+@pytest.mark.parametrize("policy", [FailurePolicy.FAIL_CLOSED, FailurePolicy.LOG_AND_CONTINUE])
+async def test_write_failure_with_pipelined_batches(sqlite_backend: Backend, key, policy) -> None:
+    """A write fails while the next batch is already numbered: no gap, no duplicate, chain intact."""
+    import asyncio
+
+    from audit.errors import AuditStoreError
+
+    settings = sqlite_backend.settings(failure_policy=policy, max_batch=50)
+    log = await AuditLog.open(settings, key, start_ticker=False)
+    store = log._store
+    real_write = store.write
+    state = {"writes": 0}
+
+    def flaky_write(records, checkpoints):
+        state["writes"] += 1
+        time.sleep(0.005)  # let the next batch be encoded meanwhile
+        if 5 <= state["writes"] < 9:
+            raise AuditStoreError("simulated: disk unavailable")
+        return real_write(records, checkpoints)
+
+    store.write = flaky_write
+    make = rpc_record_factory()
+    results = await asyncio.gather(*(log.append(make(i)) for i in range(1000)), return_exceptions=True)
+    ok = [r for r in results if isinstance(r, int)]
+    failed = [r for r in results if isinstance(r, AuditUnavailable)]
+    backlogged = [r for r in results if r is None]
+    assert failed or backlogged
+    assert len(ok) + len(failed) + len(backlogged) == 1000
+    assert len(set(ok)) == len(ok)
+    await log.close()
+    with open_store(settings) as st:
+        report = verify_store(st, [key.public_key()])
+        bounds = st.bounds("node-a")
+    assert report.ok, report.to_json()
+    assert set(ok) <= set(range(1, bounds[1] + 1))
+    expected = len(ok) + (len(backlogged) if policy is FailurePolicy.LOG_AND_CONTINUE else 0)
+    assert bounds == (1, expected)
