@@ -69,7 +69,10 @@ class AsyncResponseStream(Generic[T]):
                 raise StopAsyncIteration from None
             raise from_rpc_error(exc, self.request_id) from None
         except asyncio.CancelledError:
-            if self._closed:  # closed from another task while this one was reading
+            task = asyncio.current_task()
+            if self._closed and not (task is not None and task.cancelling()):
+                # grpc.aio reports a call closed from another task as CancelledError in the
+                # reader; that is the end of the stream, not a cancellation of this task.
                 raise StopAsyncIteration from None
             self._call.cancel()
             raise
