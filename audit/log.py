@@ -489,7 +489,8 @@ class AuditLog:
             inflight = None
             try:
                 await fut
-            except AuditStoreError as exc:
+            except Exception as raw:  # the writer task must survive anything the store does
+                exc = _as_store_error(raw)
                 if successor is not None:
                     self._rollback(successor)
                 self._rollback(prepared)
@@ -535,10 +536,10 @@ class AuditLog:
                 await finish()  # never encode on top of a batch whose write may fail
             try:
                 prepared = await loop.run_in_executor(self._executor, self._prepare_sync, batch)
-            except AuditStoreError as exc:  # reopening or resyncing the store failed
+            except Exception as raw:  # reopening or resyncing the store failed (or a bug)
                 if inflight is not None:
                     await finish()
-                self._on_failure(exc, batch)
+                self._on_failure(_as_store_error(raw), batch)
                 continue
             if inflight is not None and not await finish(prepared):
                 # The previous write failed and this batch, numbered on top of it, was undone:
@@ -758,6 +759,13 @@ class AuditLog:
     def _usage_path(self) -> str | None:
         store = self._store
         return store.usage_path() if store is not None else None
+
+
+def _as_store_error(exc: Exception) -> AuditStoreError:
+    if isinstance(exc, AuditStoreError):
+        return exc
+    log.error("audit_writer_internal_error", error_type=type(exc).__name__, exc_info=exc)
+    return AuditStoreError(f"internal error in the audit writer ({type(exc).__name__})")
 
 
 def load_signer(settings: AuditSettings) -> Any:
