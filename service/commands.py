@@ -155,6 +155,7 @@ EXIT_ENVIRONMENT = 3
 
 
 def _serve(args: argparse.Namespace) -> int:
+    logs.quiet_engine_logs()
     # Imports the engine (seconds): only when serving.
     from service.app import EXIT_REFUSED, StartupRefused, data_dir_ok, serve
 
