@@ -226,11 +226,8 @@ class XinserveClientTest {
 
   // ------------------------------------------------------------------ errors
 
+  /** Starts a servicer whose Generate fails with this rich status (google.rpc details in trailers). */
   private XinserveException failWith(com.google.rpc.Status rich) throws Exception {
-    Service s = new Service();
-    start(s, XinserveClient.builder().retryPolicy(RetryPolicy.none()));
-    s.unaryFailure = StatusProto.toStatusRuntimeException(rich).getStatus();
-    // Status alone loses the details: make the servicer send the rich status trailers
     Service rs =
         new Service() {
           @Override
@@ -238,8 +235,6 @@ class XinserveClientTest {
             out.onError(StatusProto.toStatusRuntimeException(rich));
           }
         };
-    client.close();
-    server.close();
     start(rs, XinserveClient.builder().retryPolicy(RetryPolicy.none()));
     try {
       client.generate(req("a"));

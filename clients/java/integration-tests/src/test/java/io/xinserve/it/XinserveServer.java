@@ -19,7 +19,7 @@ import java.util.concurrent.TimeUnit;
  */
 final class XinserveServer implements AutoCloseable {
   static final Duration STARTUP_TIMEOUT = Duration.ofSeconds(
-      Long.getLong("xinserve.it.startup-timeout-seconds", 240));
+      Long.getLong("xinserve.it.startup-timeout-seconds", 420));
 
   final String name;
   final int port;
@@ -47,7 +47,10 @@ final class XinserveServer implements AutoCloseable {
     Path dataDir = work.resolve(name + "-data");
     Files.createDirectories(dataDir);
     Path log = work.resolve(name + ".log");
-    List<String> cmd = new ArrayList<>(List.of("uv", "run", "--no-sync", "xinserve", "serve",
+    // -Dxinserve.it.server-command overrides the launcher (e.g. a venv's python -m service.cli)
+    String launcher = System.getProperty("xinserve.it.server-command", "uv run --no-sync xinserve");
+    List<String> cmd = new ArrayList<>(List.of(launcher.trim().split("\\s+")));
+    cmd.addAll(List.of("serve",
         "--listen", "127.0.0.1:" + port, "--data-dir", dataDir.toString(), "--no-metrics", "--drain-grace-seconds", "5"));
     cmd.addAll(extraArgs);
     ProcessBuilder pb = new ProcessBuilder(cmd)

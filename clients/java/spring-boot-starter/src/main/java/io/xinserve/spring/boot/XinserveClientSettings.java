@@ -6,7 +6,7 @@ import org.springframework.util.unit.DataSize;
 
 /**
  * Settings of one xinserve client. Used for the default client (xinserve.client.*) and for
- * each named client (xinserve.client.clients.<name>.*); a named client inherits every
+ * each named client (xinserve.client.clients.&lt;name&gt;.*); a named client inherits every
  * setting it leaves unset from the default client's.
  */
 public class XinserveClientSettings {
