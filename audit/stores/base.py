@@ -9,16 +9,17 @@ from __future__ import annotations
 import abc
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from audit.chain import Checkpoint, SignedCheckpoint
 
 
-@dataclass(slots=True)
-class StoredRecord:
+class StoredRecord(NamedTuple):
     """A row of the records table. ``body`` is the canonical encoding, ``hash`` its chain hash.
 
     ``time_ms``, ``event``, ``principal``, ``method`` and ``outcome`` are copies of body
-    fields kept for indexed queries; verification checks they agree with the body.
+    fields kept for indexed queries; verification checks they agree with the body. A tuple
+    in column order, so the stores insert it without copying.
     """
 
     chain: str

@@ -55,6 +55,7 @@ _SCHEMA = [
 ]
 
 _COLS = "chain, seq, time_ms, event, principal, method, outcome, body, hash"
+_COPY_TYPES = ["text", "int8", "int8", "text", "text", "text", "text", "bytea", "bytea"]
 
 
 def _wrap(exc: BaseException) -> AuditStoreError:
@@ -153,21 +154,10 @@ class PostgresStore(Store):
         try:
             with conn.transaction(), conn.cursor() as cur:
                 if records:
-                    with cur.copy(f"COPY audit_records ({_COLS}) FROM STDIN") as copy:
+                    with cur.copy(f"COPY audit_records ({_COLS}) FROM STDIN (FORMAT BINARY)") as copy:
+                        copy.set_types(_COPY_TYPES)
                         for r in records:
-                            copy.write_row(
-                                (
-                                    r.chain,
-                                    r.seq,
-                                    r.time_ms,
-                                    r.event,
-                                    r.principal,
-                                    r.method,
-                                    r.outcome,
-                                    r.body,
-                                    r.hash,
-                                )
-                            )
+                            copy.write_row(r)
                 for cp in checkpoints:
                     _insert_checkpoint(cur, cp)
         except psycopg.Error as exc:
