@@ -45,6 +45,9 @@ class AuditSettings(BaseModel):
     node_id: str = Field(default_factory=socket.gethostname, min_length=1, max_length=128)
     """This writer's chain id. Must be stable across restarts (StatefulSet pod name) and unique
     among replicas sharing one PostgreSQL database."""
+    writer_lock_wait_s: float = Field(default=30.0, ge=0)
+    """PostgreSQL: how long to wait at start for the chain lock a previous (dead) writer may
+    still hold; after that the start fails with ``WriterConflict``."""
     retention_days: int = 180
     """Records are kept at least this long (>= 180, enforced), then archived and purged."""
     retention_enabled: bool = True

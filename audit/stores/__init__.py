@@ -14,7 +14,7 @@ def open_store(settings: AuditSettings, *, readonly: bool = False) -> Store:
         from audit.stores.postgres import PostgresStore
 
         assert settings.dsn is not None
-        return PostgresStore(settings.dsn.get_secret_value())
+        return PostgresStore(settings.dsn.get_secret_value(), lock_wait_s=settings.writer_lock_wait_s)
     from audit.stores.sqlite import SqliteStore
 
     return SqliteStore(settings.path, readonly=readonly)

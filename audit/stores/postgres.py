@@ -10,6 +10,7 @@ run with ``synchronous_commit = on``: a batch is in the server's fsync'd WAL bef
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -71,9 +72,10 @@ def _lock_key(chain: str) -> int:
 class PostgresStore(Store):
     kind = "postgresql"
 
-    def __init__(self, dsn: str, *, connect_timeout: int = 5) -> None:
+    def __init__(self, dsn: str, *, connect_timeout: int = 5, lock_wait_s: float = 30.0) -> None:
         self._dsn = dsn
         self._connect_timeout = connect_timeout
+        self._lock_wait_s = lock_wait_s
         self._locked_chain: str | None = None
         self._conn: psycopg.Connection[Any] | None = None
         self._connect()
@@ -86,19 +88,45 @@ class PostgresStore(Store):
                 self._conn.close()
             self._conn = None
         try:
-            conn = psycopg.connect(self._dsn, autocommit=True, connect_timeout=self._connect_timeout)
+            conn = psycopg.connect(
+                self._dsn,
+                autocommit=True,
+                connect_timeout=self._connect_timeout,
+                keepalives=1,
+                keepalives_idle=10,
+                keepalives_interval=5,
+                keepalives_count=3,
+            )
             conn.execute("SET synchronous_commit = on")
+            # Let the server notice a dead writer (host gone) in ~25 s, releasing its chain lock.
+            conn.execute("SET tcp_keepalives_idle = 10")
+            conn.execute("SET tcp_keepalives_interval = 5")
+            conn.execute("SET tcp_keepalives_count = 3")
         except psycopg.Error as exc:
             raise _wrap(exc) from None
         self._conn = conn
         if self._locked_chain is not None:
-            self._acquire(conn, self._locked_chain)
+            # Reconnecting: the old session may hold the lock until the server notices it is
+            # gone; wait briefly only (the log retries, and refuses or backlogs meanwhile).
+            try:
+                self._acquire(conn, self._locked_chain, min(2.0, self._lock_wait_s))
+            except psycopg.Error as exc:
+                raise _wrap(exc) from None
+            except WriterConflict as exc:
+                raise AuditStoreError(f"postgresql: {exc} (after reconnecting)") from None
         return conn
 
-    def _acquire(self, conn: psycopg.Connection[Any], chain: str) -> None:
-        row = conn.execute("SELECT pg_try_advisory_lock(%s)", (_lock_key(chain),)).fetchone()
-        if not row or not row[0]:
-            raise WriterConflict(f"another process is writing audit chain {chain!r}")
+    def _acquire(self, conn: psycopg.Connection[Any], chain: str, wait_s: float) -> None:
+        # A previous writer of this chain that just exited (or died) may still hold the lock
+        # for a moment, until its server process notices: wait up to lock_wait_s.
+        deadline = time.monotonic() + wait_s
+        while True:
+            row = conn.execute("SELECT pg_try_advisory_lock(%s)", (_lock_key(chain),)).fetchone()
+            if row and row[0]:
+                return
+            if time.monotonic() >= deadline:
+                raise WriterConflict(f"another process is writing audit chain {chain!r}")
+            time.sleep(0.2)
 
     def _run(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         conn = self._connect()
@@ -128,7 +156,7 @@ class PostgresStore(Store):
     def lock_writer(self, chain: str) -> None:
         conn = self._connect()
         try:
-            self._acquire(conn, chain)
+            self._acquire(conn, chain, self._lock_wait_s)
         except psycopg.Error as exc:
             raise _wrap(exc) from None
         self._locked_chain = chain
@@ -288,6 +316,11 @@ class PostgresStore(Store):
 
     def close(self) -> None:
         if self._conn is not None:
+            if self._locked_chain is not None and not self._conn.broken:
+                # Release explicitly: closing the socket frees it only when the server process
+                # has noticed, which a writer reopening at once could race.
+                with contextlib.suppress(Exception):
+                    self._conn.execute("SELECT pg_advisory_unlock(%s)", (_lock_key(self._locked_chain),))
             with contextlib.suppress(Exception):
                 self._conn.close()
             self._conn = None

@@ -76,7 +76,7 @@ async def test_reopen_continues_the_chain(backend: Backend, key, clock) -> None:
 
 
 async def test_one_writer_per_chain(backend: Backend, key) -> None:
-    settings = backend.settings()
+    settings = backend.settings(writer_lock_wait_s=0.5)
     log = await AuditLog.open(settings, key, start_ticker=False)
     try:
         with pytest.raises(WriterConflict):
