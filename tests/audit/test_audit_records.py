@@ -45,7 +45,7 @@ chains = st.text(st.characters(exclude_categories=("Cs",)), min_size=1, max_size
 seqs = st.integers(min_value=1, max_value=MAX_SAFE_INT)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(records, chains, seqs)
 def test_roundtrip_and_determinism(record: AuditRecord, chain: str, seq: int) -> None:
     body = encode_record(record, chain, seq)
@@ -55,7 +55,7 @@ def test_roundtrip_and_determinism(record: AuditRecord, chain: str, seq: int) ->
     assert encode_record(back, c, s) == body
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(records, chains, seqs)
 def test_matches_jcs_rules(record: AuditRecord, chain: str, seq: int) -> None:
     """Sorted keys, no whitespace, no null, UTF-8 — what an independent implementation produces."""
@@ -73,7 +73,7 @@ def test_matches_jcs_rules(record: AuditRecord, chain: str, seq: int) -> None:
     assert ref == body
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(records, chains, seqs, st.data())
 def test_any_non_canonical_variant_is_rejected(record: AuditRecord, chain: str, seq: int, data) -> None:
     body = encode_record(record, chain, seq)
