@@ -9,7 +9,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from audit.errors import AuditEncodingError
-from audit.records import MAX_SAFE_INT, AuditRecord, EventType, decode_record, encode_record
+from audit.records import (
+    MAX_SAFE_INT,
+    AuditRecord,
+    EventType,
+    canonical_json,
+    decode_record,
+    encode_record,
+    record_to_obj,
+)
 
 text = st.text(st.characters(exclude_categories=("Cs",)), max_size=40)
 opt_text = st.none() | text
@@ -53,6 +61,12 @@ def test_roundtrip_and_determinism(record: AuditRecord, chain: str, seq: int) ->
     c, s, back = decode_record(body)
     assert (c, s, back) == (chain, seq, record)
     assert encode_record(back, c, s) == body
+
+
+@settings(max_examples=150, deadline=None)
+@given(records, chains, seqs)
+def test_fast_path_equals_general_encoder(record: AuditRecord, chain: str, seq: int) -> None:
+    assert encode_record(record, chain, seq) == canonical_json(record_to_obj(record, chain, seq))
 
 
 @settings(max_examples=100, deadline=None)
@@ -121,6 +135,8 @@ def test_known_vector() -> None:
         {"prompt_tokens": True},
         {"principal": "\ud800"},
         {"prompt_sm3": "ABCD"},
+        {"prompt_sm3": "ab\n"},
+        {"principal": b"bytes"},
         {"detail": {"Bad-Key": 1}},
         {"detail": {"k": 1.0}},
         {"detail": {"k": None}},
