@@ -18,18 +18,23 @@ from pathlib import Path
 
 from prometheus_client import start_http_server
 
+from audit import AuditError, AuditLog, ContentCapture, EventType
 from engine_backends.builtin_models import builtin_models
 from engine_backends.platforms import PlatformProfile, resolve_device
 from engine_backends.vllm_engine import VllmEngine
+from service.audit_trail import AuditTrail
 from service.auth import Authenticator, load_token_file
 from service.config import Settings
 from service.frontend import Frontend
 from service.logs import get_logger
 from service.runtime import ModelEntry, ModelState, Runtime, Verification
+from service.server_servicer import server_version
 from trust.demo import ensure_demo_key, sign_if_unsigned
-from trust.errors import Reason, VerificationError
+from trust.errors import KeyFormatError, Reason, VerificationError
 from trust.image_signing import verify_image
 from trust.model_signing import verify_model_async
+from trust.server_key import ensure_server_key
+from trust.sm3 import sm3_hex
 from trust.trust_store import TrustStore
 
 log = get_logger("xinserve.server")
@@ -37,10 +42,49 @@ log = get_logger("xinserve.server")
 EXIT_OK = 0
 EXIT_NO_MODEL = 4  # 2 (configuration) and 3 (environment) are returned by service.commands
 EXIT_REFUSED = 5
+EXIT_AUDIT = 6
 
 
 class StartupRefused(Exception):
     """A fail-closed check at start failed (e.g. the running image's signature). Safe to print."""
+
+    exit_code = EXIT_REFUSED
+
+
+class AuditOpenFailed(StartupRefused):
+    """The audit log cannot be opened, or its stored log does not verify: nothing is served."""
+
+    exit_code = EXIT_AUDIT
+
+
+async def open_audit(settings: Settings) -> AuditTrail:
+    """Open the audit log with the server's SM2 key (created on first start).
+
+    Raises:
+        AuditOpenFailed: bad key, store unreachable, another writer on this chain, or the
+            stored log fails verification against the key.
+    """
+    cfg = settings.audit
+    assert cfg.signing_key_path is not None
+    try:
+        key = await asyncio.to_thread(ensure_server_key, cfg.signing_key_path)
+    except (KeyFormatError, OSError) as exc:
+        raise AuditOpenFailed(
+            f"the server's SM2 key at {cfg.signing_key_path} is unusable ({type(exc).__name__})"
+        ) from None
+    try:
+        capture = ContentCapture.from_settings(cfg)
+        audit_log = await AuditLog.open(cfg, signer=key)
+    except AuditError as exc:
+        raise AuditOpenFailed(f"the audit log cannot be opened: {exc}") from None
+    if audit_log.recovery is not None and audit_log.recovery.unclean_shutdown:
+        log.warning("audit_recovered_after_unclean_shutdown", recovery=str(audit_log.recovery))
+    return AuditTrail(audit_log, capture, key.public_key())
+
+
+def config_digest(settings: Settings) -> str:
+    """SM3 of the effective configuration (secrets masked), recorded at start."""
+    return "sm3:" + sm3_hex(settings.model_dump_json().encode("utf-8"))
 
 
 # Engine arguments for the built-in models (tiny; CPU-friendly).
@@ -64,7 +108,9 @@ def authenticator_for(settings: Settings) -> Authenticator:
     return Authenticator(tokens, settings.auth.required)
 
 
-async def model_entries(settings: Settings, profile: PlatformProfile) -> tuple[list[ModelEntry], TrustStore | None]:
+async def model_entries(
+    settings: Settings, profile: PlatformProfile, audit: AuditTrail | None = None
+) -> tuple[list[ModelEntry], TrustStore | None]:
     """The configured models, or the embedded defaults (built on first use) if none, and the
     trust store their signatures are checked against.
 
@@ -89,10 +135,15 @@ async def model_entries(settings: Settings, profile: PlatformProfile) -> tuple[l
         key, demo_store_dir = ensure_demo_key(settings.data_dir)
         for b in builtins:
             if sign_if_unsigned(b.path, key, b.name):
+                signed.append(b.name)
                 log.info("builtin_model_signed_with_demo_key", model=b.name, key_id=key.public_key().key_id)
         return builtins, TrustStore.load(demo_store_dir)
 
+    signed: list[str] = []
     builtins, store = await asyncio.to_thread(prepare)
+    if audit is not None:
+        for name in signed:
+            await audit.event(EventType.KEY_USED, model=name, purpose="demo signing of a built-in model")
     for builtin in builtins:
         options = {**_BUILTIN_OPTIONS[builtin.kind], **engine_args}
         engine = VllmEngine(builtin.name, builtin.kind, builtin.path, profile, options)
@@ -185,10 +236,21 @@ class Server:
             else None
         )
         verify_running_image(settings, configured_store)
+        audit = await open_audit(settings)
         runtime = Runtime(settings)
+        runtime.audit = audit
+        await audit.event(
+            EventType.START,
+            version=server_version(),
+            node_id=settings.audit.node_id,
+            pid=os.getpid(),
+            image_digest=settings.trust.image_digest,
+            allow_unsigned_models=settings.trust.allow_unsigned_models,
+        )
+        await audit.event(EventType.CONFIG_LOADED, config_digest=config_digest(settings))
         frontend = Frontend(runtime, settings, authenticator_for(settings), profile.device)
         await frontend.start()
-        entries, store = await model_entries(settings, profile)
+        entries, store = await model_entries(settings, profile, audit)
         for entry in entries:
             runtime.add_model(entry)
         for entry in runtime.models.values():
@@ -200,7 +262,16 @@ class Server:
         allow = self.settings.trust.allow_unsigned_models
 
         async def one(entry: ModelEntry) -> None:
-            if await verify_entry(entry, self.trust_store, allow):
+            ok = await verify_entry(entry, self.trust_store, allow)
+            await self.runtime.audit_event(
+                EventType.MODEL_VERIFIED,
+                "OK" if ok else "FAILED_PRECONDITION",
+                model=entry.name,
+                manifest_digest=entry.manifest_digest or None,
+                status=entry.verification.value,
+                detail=entry.verification_detail,
+            )
+            if ok:
                 await self.runtime.load_model(entry)
             else:
                 await self.runtime.mark(entry, ModelState.FAILED, entry.state_reason)
@@ -218,6 +289,10 @@ class Server:
         await self.runtime.start_drain()
         await self.frontend.stop(grace)
         await self.runtime.shutdown_engines()
+        audit = self.runtime.audit
+        if audit is not None:
+            await audit.event(EventType.STOP)
+            await audit.close()  # flush and a closing checkpoint
         log.info("stopped")
 
 

@@ -41,6 +41,18 @@ class CallInfo:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     code: str = "OK"
+    manifest_digest: str | None = None
+    prompt: str | bytes | None = None
+    """What was asked, for the audit digest (SM3; never logged)."""
+    output_parts: dict[int, list[str]] = field(default_factory=dict)
+    """Generated text per completion index, for the audit digest."""
+    audit_detail: dict[str, str | int | bool] = field(default_factory=dict)
+
+    def output_text(self) -> str | None:
+        """All completions' text, in index order, separated by U+001E (record separator)."""
+        if not self.output_parts:
+            return None
+        return "\x1e".join("".join(self.output_parts[i]) for i in sorted(self.output_parts))
 
 
 current_call: contextvars.ContextVar[CallInfo | None] = contextvars.ContextVar("xinserve_call", default=None)

@@ -25,7 +25,8 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
             "(xinserve-tiny-llama for generation, all-MiniLM-L6-v2 for embeddings). Options also come "
             "from --config (YAML) and XINSERVE_* variables; flags win. Exit codes: 0 stopped cleanly, "
             "2 invalid configuration, 3 environment error (device plugin missing, port in use, bad trust "
-            "store), 4 no model could be served, 5 the running image's signature did not verify."
+            "store), 4 no model could be served, 5 the running image's signature did not verify, 6 the audit "
+            "log cannot be opened or does not verify."
         ),
     )
     p.add_argument("--config", type=Path, help="YAML configuration file")
@@ -157,7 +158,7 @@ EXIT_ENVIRONMENT = 3
 def _serve(args: argparse.Namespace) -> int:
     logs.quiet_engine_logs()
     # Imports the engine (seconds): only when serving.
-    from service.app import EXIT_REFUSED, StartupRefused, data_dir_ok, serve
+    from service.app import StartupRefused, data_dir_ok, serve
 
     try:
         settings = load_settings(args.config, overrides_from_args(args))
@@ -175,7 +176,7 @@ def _serve(args: argparse.Namespace) -> int:
         return EXIT_ENVIRONMENT
     except StartupRefused as exc:
         print(f"xinserve serve: refusing to start: {exc}", file=sys.stderr)
-        return EXIT_REFUSED
+        return exc.exit_code
     except RuntimeError as exc:
         if "Failed to bind" in str(exc) or "bind" in str(exc).lower():
             print(f"xinserve serve: cannot listen: {exc}", file=sys.stderr)

@@ -18,6 +18,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, EnvSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
 
+from audit.config import AuditSettings
 from engine_backends.platforms import DEVICE_CHOICES
 
 
@@ -174,6 +175,9 @@ class Settings(BaseSettings):
     models: list[ModelSettings] = Field(default_factory=list)
     """Models to serve; empty serves the embedded default models."""
     trust: TrustSettings = Field(default_factory=TrustSettings)
+    audit: AuditSettings = Field(default_factory=AuditSettings)
+    """The audit log (docs/audit.md). ``audit.path`` defaults to ``<data_dir>/audit/audit.db`` and
+    ``audit.signing_key_path`` to ``<data_dir>/keys/server-sm2.pem`` (created on first start)."""
     engine: EngineSettings = Field(default_factory=EngineSettings)
     admission: AdmissionSettings = Field(default_factory=AdmissionSettings)
     limits: LimitsSettings = Field(default_factory=LimitsSettings)
@@ -259,6 +263,19 @@ def _format(exc: ValidationError) -> str:
     return "invalid configuration:\n  " + "\n  ".join(lines)
 
 
+def _with_audit_defaults(settings: Settings, given: dict[str, Any]) -> Settings:
+    """Place the audit database and the server key under data_dir unless configured."""
+    updates: dict[str, Any] = {}
+    if "path" not in given:
+        updates["path"] = settings.data_dir / "audit" / "audit.db"
+    if "signing_key_path" not in given:
+        updates["signing_key_path"] = settings.data_dir / "keys" / "server-sm2.pem"
+    if not updates:
+        return settings
+    audit = AuditSettings.model_validate({**settings.audit.model_dump(), **updates})
+    return settings.model_copy(update={"audit": audit})
+
+
 def _env_values() -> dict[str, Any]:
     """The ``XINSERVE_*`` environment as a nested dict (pydantic-settings' own parser)."""
     return dict(EnvSettingsSource(Settings, env_prefix="XINSERVE_", env_nested_delimiter="__")())
@@ -283,7 +300,7 @@ def load_settings(config_file: Path | None = None, overrides: dict[str, Any] | N
         file_values = loaded or {}
     try:
         merged = _merge(_merge(file_values, _env_values()), overrides or {})
-        return Settings(**merged)
+        return _with_audit_defaults(Settings(**merged), merged.get("audit") or {})
     except ValidationError as exc:
         raise ConfigError(_format(exc)) from exc
     except ValueError as exc:  # malformed environment value (e.g. bad JSON in a list variable)

@@ -17,9 +17,7 @@ def main(argv: list[str]) -> int:
     service = argv[1] if len(argv) > 1 else ""
     with grpc.insecure_channel(target) as channel:
         try:
-            reply = health_pb2_grpc.HealthStub(channel).Check(
-                health_pb2.HealthCheckRequest(service=service), timeout=3
-            )
+            reply = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(service=service), timeout=3)
         except grpc.RpcError as exc:
             print(f"unhealthy: {exc.code().name}", file=sys.stderr)
             return 1

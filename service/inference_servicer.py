@@ -7,6 +7,7 @@ the engine request at once (vLLM ``AsyncLLM.generate`` aborts on CancelledError/
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import AsyncIterator
 
@@ -28,6 +29,15 @@ from service.validation import (
 from xinserve.v1 import common_pb2, inference_pb2, inference_pb2_grpc, sampling_pb2
 
 _EMPTY_SAMPLING = sampling_pb2.SamplingParams()
+
+
+def _audited_prompt(prompt: str | None, ids: list[int] | None, messages: list[dict[str, str]] | None) -> str | bytes:
+    """What the audit log digests as the prompt: the text, the token ids, or the messages as JSON."""
+    if messages is not None:
+        return json.dumps(messages, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+    if ids is not None:
+        return ",".join(map(str, ids))
+    return prompt or ""
 
 
 class InferenceServicer(inference_pb2_grpc.InferenceServiceServicer):
@@ -72,6 +82,8 @@ class InferenceServicer(inference_pb2_grpc.InferenceServiceServicer):
                 sampling_options(sp, engine.info, self._limits, v)
             v.raise_if_any()
         engine = self._rt.engine_for(request.model, "generate")
+        info.manifest_digest = self._rt.models[request.model].manifest_digest or None
+        info.prompt = _audited_prompt(prompt, prompt_ids, messages)
         sp = request.sampling_params if request.HasField("sampling_params") else _EMPTY_SAMPLING
         options = sampling_options(sp, engine.info, self._limits, v)
         v.raise_if_any()
@@ -113,6 +125,12 @@ class InferenceServicer(inference_pb2_grpc.InferenceServiceServicer):
                     last_token_at = now
                     info.completion_tokens += produced
                     metrics.GENERATION_TOKENS.labels(model).inc(produced)
+                for c in update.completions:
+                    if c.text:
+                        if gen.stream:
+                            info.output_parts.setdefault(c.index, []).append(c.text)
+                        else:
+                            info.output_parts[c.index] = [c.text]
                 if not info.prompt_tokens:
                     info.prompt_tokens = update.prompt_tokens
                     metrics.PROMPT_TOKENS.labels(model).inc(update.prompt_tokens)
@@ -213,6 +231,8 @@ class InferenceServicer(inference_pb2_grpc.InferenceServiceServicer):
                     v.add(f"inputs[{i}]", "must not be empty")
         v.raise_if_any()
         engine = self._rt.engine_for(request.model, "embed")
+        info.manifest_digest = self._rt.models[request.model].manifest_digest or None
+        info.prompt = "\x1e".join(request.inputs)
         normalize = request.normalize if request.HasField("normalize") else None
         result = await engine.embed(rid, list(request.inputs), normalize)
         info.prompt_tokens = result.prompt_tokens

@@ -39,7 +39,10 @@ _ROLES: dict[str, frozenset[str]] = {
     "xinserve.v1.InferenceService": frozenset({"user", "admin"}),
     "xinserve.v1.ModelService": frozenset({"user", "admin", "auditor"}),
     "xinserve.v1.ServerService": frozenset({"user", "admin", "auditor"}),
+    "xinserve.v1.AuditService": frozenset({"auditor"}),
 }
+# Services an anonymous caller may never use, even when authentication is optional.
+_NO_ANONYMOUS = frozenset({"xinserve.v1.AuditService"})
 _ADMITTED = frozenset(
     {
         "/xinserve.v1.InferenceService/Generate",
@@ -120,6 +123,10 @@ class CallPipeline(grpc.aio.ServerInterceptor):
             raise RpcError(grpc.StatusCode.UNAUTHENTICATED, str(exc), "UNAUTHENTICATED") from None
         service = method[1:].split("/", 1)[0]
         allowed = _ROLES.get(service, frozenset())
+        if info.principal.auth_method == "anonymous" and service in _NO_ANONYMOUS:
+            raise RpcError(
+                grpc.StatusCode.UNAUTHENTICATED, f"{service} needs an authenticated auditor", "UNAUTHENTICATED"
+            )
         if info.principal.auth_method != "anonymous" and not (info.principal.roles & allowed):
             raise RpcError(
                 grpc.StatusCode.PERMISSION_DENIED,
@@ -127,6 +134,8 @@ class CallPipeline(grpc.aio.ServerInterceptor):
                 "PERMISSION_DENIED",
             )
         if method in _ADMITTED:
+            if self._runtime.audit is not None:
+                self._runtime.audit.check_writable()
             if self._runtime.draining:
                 raise RpcError(
                     grpc.StatusCode.UNAVAILABLE,
@@ -139,7 +148,17 @@ class CallPipeline(grpc.aio.ServerInterceptor):
         metrics.QUEUE_LENGTH.set(self._runtime.admission.queued)
         return info
 
-    def _finish(self, info: CallInfo, code: grpc.StatusCode, message: str | None = None) -> None:
+    async def _complete(self, info: CallInfo, code: grpc.StatusCode, message: str | None = None) -> None:
+        """Metrics, the call's log line, and its audit record (durable before the call completes).
+
+        Raises:
+            RpcError: UNAVAILABLE when the audit record cannot be written (fail-closed).
+        """
+        self._observe(info, code, message)
+        if self._runtime.audit is not None:
+            await self._runtime.audit.record_call(info, code)
+
+    def _observe(self, info: CallInfo, code: grpc.StatusCode, message: str | None) -> None:
         info.code = code.name
         elapsed = time.monotonic() - info.started
         short = info.method.rsplit("/", 1)[-1]
@@ -184,46 +203,69 @@ class CallPipeline(grpc.aio.ServerInterceptor):
             return grpc.StatusCode.DEADLINE_EXCEEDED
         return grpc.StatusCode.CANCELLED
 
+    async def _cancelled(self, method: str, context: grpc.aio.ServicerContext) -> None:
+        """Record a call the client cancelled (or whose deadline passed); the client is gone."""
+        info = current_call.get() or CallInfo(method, "", None, None)
+        try:
+            await asyncio.shield(self._complete(info, self._cancel_code(context)))
+        except (RpcError, asyncio.CancelledError):
+            pass  # nobody to tell; the audit log already reported its own failure
+
+    async def _succeeded(self, info: CallInfo) -> RpcError | None:
+        """Complete a successful call; the error to send instead if its audit record failed."""
+        try:
+            await self._complete(info, grpc.StatusCode.OK)
+        except RpcError as audit_err:
+            return audit_err
+        return None
+
+    async def _failed(self, method: str, exc: BaseException, context: grpc.aio.ServicerContext) -> RpcError:
+        info = current_call.get() or CallInfo(method, "", None, None)
+        err = self._to_rpc_error(exc, info)
+        try:
+            await self._complete(info, err.code, err.message if err.code != grpc.StatusCode.INTERNAL else None)
+        except RpcError as audit_err:
+            return audit_err
+        return err
+
     def _wrap_unary(self, method: str, behavior: Callable[..., Awaitable[Any]]):
         async def wrapped(request: Any, context: grpc.aio.ServicerContext) -> Any:
-            info: CallInfo | None = None
             async with AsyncExitStack() as stack:
                 try:
                     info = await self._enter(method, context, stack)
                     response = await behavior(request, context)
+                    await stack.aclose()  # release admission before the audit write
+                    err = await self._succeeded(info)
+                    if err is None:
+                        return response
                 except asyncio.CancelledError:
-                    self._finish(info or CallInfo(method, "", None, None), self._cancel_code(context))
+                    await self._cancelled(method, context)
                     raise
                 except Exception as exc:
-                    info = info or current_call.get() or CallInfo(method, "", None, None)
-                    err = self._to_rpc_error(exc, info)
-                    self._finish(info, err.code, err.message if err.code != grpc.StatusCode.INTERNAL else None)
                     await stack.aclose()
-                    await err.abort(context)
-                    raise AssertionError("unreachable") from None  # abort raises
-                self._finish(info, grpc.StatusCode.OK)
-                return response
+                    err = await self._failed(method, exc, context)
+            await err.abort(context)
+            raise AssertionError("unreachable")  # abort raises
 
         return wrapped
 
     def _wrap_stream(self, method: str, behavior: Callable[..., AsyncIterator[Any]]):
         async def wrapped(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
-            info: CallInfo | None = None
             async with AsyncExitStack() as stack:
                 try:
                     info = await self._enter(method, context, stack)
                     async for item in behavior(request, context):
                         yield item
+                    await stack.aclose()
+                    err = await self._succeeded(info)
+                    if err is None:
+                        return
                 except (asyncio.CancelledError, GeneratorExit):
-                    self._finish(info or CallInfo(method, "", None, None), self._cancel_code(context))
+                    await self._cancelled(method, context)
                     raise
                 except Exception as exc:
-                    info = info or current_call.get() or CallInfo(method, "", None, None)
-                    err = self._to_rpc_error(exc, info)
-                    self._finish(info, err.code, err.message if err.code != grpc.StatusCode.INTERNAL else None)
                     await stack.aclose()
-                    await err.abort(context)
-                    raise AssertionError("unreachable") from None
-                self._finish(info, grpc.StatusCode.OK)
+                    err = await self._failed(method, exc, context)
+            await err.abort(context)
 
         return wrapped

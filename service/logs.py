@@ -30,10 +30,19 @@ def configure(log_format: str = "auto", level: str = "info") -> None:
         logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
         cache_logger_on_first_use=True,
     )
-    logging.basicConfig(
-        level=max(numeric, logging.WARNING), stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s"
-    )
-    # vLLM logs through its own handler; keep it to warnings unless asked otherwise.
+    # Libraries' stdlib logs (vLLM, grpc, transformers) go through the same renderer, so a
+    # JSON log stays one JSON object per line. vLLM leaves logging to us when
+    # VLLM_CONFIGURE_LOGGING=0 is set before it is imported (see quiet_engine_logs).
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(structlog.stdlib.ProcessorFormatter(processor=renderer, foreign_pre_chain=shared))
+    root = logging.getLogger()
+    root.handlers = [handler]
+    root.setLevel(max(numeric, logging.WARNING))
+
+
+def quiet_engine_logs() -> None:
+    """Call before vLLM is imported: it then logs through the root logger, warnings only."""
+    os.environ.setdefault("VLLM_CONFIGURE_LOGGING", "0")
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
 
 

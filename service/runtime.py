@@ -11,14 +11,17 @@ import asyncio
 import enum
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import grpc
 from grpc_health.v1 import health_pb2
 from grpc_health.v1.health import aio as health_aio
 
+from audit import EventType
 from engine_backends.errors import EngineError
 from engine_backends.protocol import Engine, ModelKind
 from service.admission import Admission
+from service.audit_trail import AuditTrail
 from service.config import Settings
 from service.logs import get_logger
 from service.status import RpcError, not_found
@@ -81,6 +84,7 @@ class Runtime:
             INFERENCE_SERVICE: health_pb2.HealthCheckResponse.NOT_SERVING,
         }
         self.stopped = asyncio.Event()
+        self.audit: AuditTrail | None = None
 
     # -- health ------------------------------------------------------------------------
 
@@ -114,6 +118,10 @@ class Runtime:
         )
         await self._set(model_health_name(entry.name), status)
 
+    async def audit_event(self, event: Any, outcome: str = "OK", **detail: Any) -> None:
+        if self.audit is not None:
+            await self.audit.event(event, outcome, **detail)
+
     async def load_model(self, entry: ModelEntry) -> None:
         """Start the entry's engine; on failure the model is FAILED with a short reason."""
         assert entry.engine is not None
@@ -123,9 +131,13 @@ class Runtime:
         except EngineError as exc:
             log.error("model_load_failed", model=entry.name, reason=str(exc))
             await self.mark(entry, ModelState.FAILED, str(exc))
+            await self.audit_event(EventType.MODEL_LOADED, "FAILED_PRECONDITION", model=entry.name, reason=str(exc))
             return
         log.info("model_loaded", model=entry.name, kind=entry.kind)
         await self.mark(entry, ModelState.READY)
+        await self.audit_event(
+            EventType.MODEL_LOADED, model=entry.name, manifest_digest=entry.manifest_digest or None, kind=entry.kind
+        )
 
     def engine_for(self, name: str, kind: ModelKind | None = None) -> Engine:
         """The ready engine serving ``name``.
@@ -164,6 +176,7 @@ class Runtime:
     async def start_drain(self) -> None:
         """Health NOT_SERVING everywhere; new inference calls get UNAVAILABLE."""
         self.draining = True
+        await self.audit_event(EventType.DRAIN, in_flight=self.admission.in_flight)
         await self.set_serving(False)
         for name in self.models:
             await self._set(model_health_name(name), health_pb2.HealthCheckResponse.NOT_SERVING)
@@ -178,5 +191,8 @@ class Runtime:
                 await entry.engine.shutdown()
             except Exception as exc:  # shutting down: log and go on with the others
                 log.warning("engine_shutdown_failed", model=entry.name, error=type(exc).__name__)
+                return
+            if entry.state is ModelState.READY:
+                await self.audit_event(EventType.MODEL_UNLOADED, model=entry.name)
 
         await asyncio.gather(*(stop(e) for e in self.models.values()))

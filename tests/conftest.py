@@ -44,7 +44,7 @@ class LiveServer:
 
 
 @pytest_asyncio.fixture(scope="session", loop_scope="session")
-async def live_server() -> AsyncIterator[LiveServer]:
+async def live_server(tmp_path_factory) -> AsyncIterator[LiveServer]:
     from service import logs
     from service.app import Server
     from service.config import load_settings
@@ -58,6 +58,11 @@ async def live_server() -> AsyncIterator[LiveServer]:
             "metrics_listen": None,
             "admission": {"max_in_flight": 16, "max_queue": 16},
             "drain_grace_seconds": 5,
+            "audit": {
+                "path": str(tmp_path_factory.mktemp("audit") / "audit.db"),
+                "node_id": "test-node",
+                "checkpoint_interval_s": 5,
+            },
         }
     )
     server = await Server.create(settings)
@@ -70,5 +75,4 @@ async def live_server() -> AsyncIterator[LiveServer]:
     try:
         yield LiveServer(f"127.0.0.1:{port}", server, data_dir)
     finally:
-        await server.frontend.stop(0)
-        await server.runtime.shutdown_engines()
+        await server.drain_and_stop()

@@ -13,13 +13,15 @@ from service.runtime import ModelState, Runtime
 
 
 @asynccontextmanager
-async def extra_frontend(live_server, overrides: dict):
+async def extra_frontend(live_server, overrides: dict, audit=None):
     """A new Runtime sharing the live server's loaded engines, behind a new Frontend.
 
-    Yields (frontend, runtime, port) where port is the first listener's port.
+    ``audit``: an AuditTrail for this runtime (default: none). Yields (frontend, runtime, port)
+    where port is the first listener's port.
     """
     settings = load_settings(overrides={"data_dir": str(live_server.data_dir), "metrics_listen": None, **overrides})
     runtime = Runtime(settings)
+    runtime.audit = audit
     for entry in live_server.runtime.models.values():
         runtime.add_model(replace(entry))
     frontend = Frontend(runtime, settings, authenticator_for(settings), "cpu")

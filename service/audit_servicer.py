@@ -1,0 +1,116 @@
+"""``xinserve.v1.AuditService``: the auditor's read access to the audit log.
+
+Callable only with the ``auditor`` role (enforced by the call pipeline); each call is itself
+recorded, with its filter in the record's detail.
+"""
+
+from __future__ import annotations
+
+import json
+
+import grpc
+
+from audit import QueryFilter
+from service.audit_trail import AuditTrail
+from service.call_context import call
+from service.runtime import Runtime
+from service.status import RpcError
+from service.validation import Violations
+from xinserve.v1 import audit_pb2, audit_pb2_grpc
+
+_DEFAULT_LIMIT = 10_000
+_MAX_LIMIT = 100_000
+_EXPORT_CHUNK_BYTES = 256 * 1024
+
+
+def _filter(request) -> QueryFilter:
+    f = request.filter
+    v = Violations()
+    since = f.since_ms if f.HasField("since_ms") else None
+    until = f.until_ms if f.HasField("until_ms") else None
+    if since is not None and since < 0:
+        v.add("filter.since_ms", "must be >= 0")
+    if until is not None and since is not None and until <= since:
+        v.add("filter.until_ms", "must be greater than since_ms")
+    if f.limit > _MAX_LIMIT:
+        v.add("filter.limit", f"at most {_MAX_LIMIT}")
+    for name in ("principal", "method", "outcome", "event"):
+        if len(getattr(f, name)) > 512:
+            v.add(f"filter.{name}", "is longer than 512 characters")
+    v.raise_if_any()
+    flt = QueryFilter(
+        since_ms=since,
+        until_ms=until,
+        principal=f.principal or None,
+        method=f.method or None,
+        outcome=f.outcome or None,
+        event=f.event or None,
+        limit=f.limit or _DEFAULT_LIMIT,
+    )
+    detail = call().audit_detail
+    for key, value in (
+        ("since_ms", since),
+        ("until_ms", until),
+        ("principal", flt.principal),
+        ("method", flt.method),
+        ("outcome", flt.outcome),
+        ("event", flt.event),
+        ("limit", flt.limit),
+    ):
+        if value is not None:
+            detail[f"filter_{key}"] = value
+    return flt
+
+
+class AuditServicer(audit_pb2_grpc.AuditServiceServicer):
+    def __init__(self, runtime: Runtime) -> None:
+        self._rt = runtime
+
+    def _trail(self) -> AuditTrail:
+        if self._rt.audit is None:
+            raise RpcError(grpc.StatusCode.FAILED_PRECONDITION, "this server has no audit log", "AUDIT_DISABLED")
+        return self._rt.audit
+
+    def _log(self):
+        return self._trail().log
+
+    async def QueryRecords(self, request, context):
+        flt = _filter(request)
+        for row in await self._log().query(flt):
+            yield audit_pb2.QueryRecordsResponse(
+                chain=row.chain,
+                seq=row.seq,
+                time_ms=row.time_ms,
+                event=row.event,
+                principal=row.principal or "",
+                method=row.method or "",
+                outcome=row.outcome,
+                canonical=row.body,
+                chain_hash=row.hash.hex(),
+            )
+
+    async def ExportRecords(self, request, context):
+        flt = _filter(request)
+        buffer: list[bytes] = []
+        size = 0
+        async for obj in self._log().stream(flt):
+            line = json.dumps(obj, ensure_ascii=False, sort_keys=True).encode("utf-8") + b"\n"
+            buffer.append(line)
+            size += len(line)
+            if size >= _EXPORT_CHUNK_BYTES:
+                yield audit_pb2.ExportRecordsResponse(jsonl=b"".join(buffer))
+                buffer, size = [], 0
+        if buffer:
+            yield audit_pb2.ExportRecordsResponse(jsonl=b"".join(buffer))
+
+    async def GetLatestCheckpoint(self, request, context):
+        trail = self._trail()
+        cp = trail.log.latest_checkpoint
+        if cp is None:
+            raise RpcError(grpc.StatusCode.NOT_FOUND, "no checkpoint has been written yet", "NO_CHECKPOINT")
+        return audit_pb2.GetLatestCheckpointResponse(
+            payload=cp.payload,
+            signature=cp.signature,
+            key_id=trail.public_key.key_id,
+            public_key_pem=trail.public_key.to_pem().decode("ascii"),
+        )

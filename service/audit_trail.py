@@ -1,0 +1,103 @@
+"""The server's side of the audit log: one record per RPC and per system event.
+
+Wraps ``audit.AuditLog``. A call's record is appended, and durable (group commit), before the
+call completes at the client: unary responses and stream ends wait for it, error statuses are
+sent after it. With the default ``fail_closed`` policy a store that cannot be written makes
+inference calls fail with UNAVAILABLE (and new ones refused at once) until it recovers.
+Health checks and reflection are not audited (probes every few seconds would drown the log);
+every ``xinserve.v1`` call is, including refused, unauthenticated, invalid and cancelled ones.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import grpc
+
+from audit import AuditLog, AuditRecord, AuditUnavailable, ContentCapture, EventType, FailurePolicy
+from service.call_context import CallInfo
+from service.logs import get_logger
+from service.status import RpcError
+from trust.sm2 import Sm2PublicKey
+
+log = get_logger("xinserve.audit")
+
+
+def audit_unavailable() -> RpcError:
+    return RpcError(
+        grpc.StatusCode.UNAVAILABLE,
+        "the audit log cannot be written; calls are refused until it recovers (fail-closed)",
+        "AUDIT_UNAVAILABLE",
+        retry_after_s=5.0,
+    )
+
+
+class AuditTrail:
+    """Appends RPC and system-event records to an open ``AuditLog``."""
+
+    def __init__(self, audit_log: AuditLog, capture: ContentCapture, public_key: Sm2PublicKey) -> None:
+        self.log = audit_log
+        self.public_key = public_key
+        """The key that verifies this server's checkpoints (auditors pin its key id)."""
+        self._capture = capture
+        settings = audit_log.settings
+        self._fail_closed = settings is None or settings.failure_policy is FailurePolicy.FAIL_CLOSED
+
+    def check_writable(self) -> None:
+        """Raise UNAVAILABLE at once when the store is down and the policy is fail-closed."""
+        if self._fail_closed and not self.log.healthy:
+            raise audit_unavailable()
+
+    async def record_call(self, info: CallInfo, code: grpc.StatusCode) -> None:
+        """Append the call's record (durable on return).
+
+        Raises:
+            RpcError: UNAVAILABLE when the record cannot be written under ``fail_closed``.
+        """
+        fields: dict[str, Any] = {}
+        output = info.output_text()
+        if info.prompt is not None or output is not None:
+            fields = await asyncio.to_thread(self._capture.fields, info.prompt, output)
+        record = AuditRecord(
+            event=EventType.RPC,
+            outcome=code.name,
+            principal=info.principal.name,
+            auth_method=info.principal.auth_method,
+            cert_fingerprint=info.principal.cert_fingerprint,
+            peer=info.peer or None,
+            method=info.method,
+            model=info.model,
+            manifest_digest=info.manifest_digest,
+            request_id=info.request_id,
+            trace_id=info.trace_id,
+            prompt_tokens=info.prompt_tokens or None,
+            output_tokens=info.completion_tokens or None,
+            latency_us=int((time.monotonic() - info.started) * 1_000_000),
+            detail=info.audit_detail,
+            **fields,
+        )
+        await self._append(record)
+
+    async def event(self, event: EventType, outcome: str = "OK", **detail: Any) -> None:
+        """Append a system event (start, stop, model_verified ...). Never raises: logs instead."""
+        clean = {k: v for k, v in detail.items() if v is not None}
+        model = clean.pop("model", None)
+        digest = clean.pop("manifest_digest", None)
+        try:
+            await self._append(
+                AuditRecord(event=event, outcome=outcome, model=model, manifest_digest=digest, detail=clean)
+            )
+        except RpcError:
+            log.error("audit_event_not_recorded", audit_event=event.value)
+
+    async def _append(self, record: AuditRecord) -> None:
+        try:
+            await asyncio.shield(self.log.append(record))
+        except AuditUnavailable:
+            log.error("audit_append_failed", method=record.method, audit_event=record.event.value)
+            raise audit_unavailable() from None
+
+    async def close(self) -> None:
+        await self.log.close()

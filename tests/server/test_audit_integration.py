@@ -1,0 +1,233 @@
+"""Every xinserve.v1 call leaves exactly one durable audit record; the auditor reads them
+through AuditService; a store that cannot be written makes inference fail closed."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import time
+import uuid
+
+import grpc
+import pytest
+
+from audit import AuditLog, ContentCapture, QueryFilter, decode_record
+from service.audit_trail import AuditTrail
+from service.auth import hash_token
+from tests.conftest import TINY
+from tests.server.frontends import extra_frontend
+from tests.server.stubs import stubs
+from trust.sm2 import Sm2PrivateKey
+from trust.sm3 import sm3_hex
+from xinserve.v1 import audit_pb2, audit_pb2_grpc, inference_pb2, model_pb2, sampling_pb2
+
+pytestmark = pytest.mark.asyncio(loop_scope="session")
+
+USER = "user-token-0123456789abcdef"
+AUDITOR = "auditor-token-0123456789abcdef"
+
+
+@pytest.fixture(scope="module")
+def tokens(tmp_path_factory):
+    path = tmp_path_factory.mktemp("audit-tokens") / "tokens"
+    path.write_text(f"svc-user {hash_token(USER)} user\nauditor-ann {hash_token(AUDITOR)} auditor\n")
+    return path
+
+
+async def records_for(live_server, request_id: str, since_ms: int):
+    rows = await live_server.runtime.audit.log.query(QueryFilter(since_ms=since_ms))
+    out = []
+    for row in rows:
+        _, _, record = decode_record(row.body)
+        if record.request_id == request_id:
+            out.append(record)
+    return out
+
+
+def rid() -> str:
+    return "audit-" + uuid.uuid4().hex[:12]
+
+
+def long_sampling() -> sampling_pb2.SamplingParams:
+    return sampling_pb2.SamplingParams(temperature=0.0, max_tokens=1500, ignore_eos=True)
+
+
+async def test_one_record_per_call_for_each_outcome(api, live_server):
+    since = int(time.time() * 1000) - 1000
+    cases: dict[str, str] = {}
+
+    ok = rid()
+    reply = await api.inference.Generate(
+        inference_pb2.GenerateRequest(
+            model=TINY,
+            prompt="audit me",
+            request_id=ok,
+            sampling_params=sampling_pb2.SamplingParams(max_tokens=4, temperature=0),
+        )
+    )
+    cases[ok] = "OK"
+
+    invalid = rid()
+    with pytest.raises(grpc.aio.AioRpcError):
+        await api.inference.Generate(
+            inference_pb2.GenerateRequest(
+                model=TINY, prompt="x", request_id=invalid, sampling_params=sampling_pb2.SamplingParams(top_p=5)
+            )
+        )
+    cases[invalid] = "INVALID_ARGUMENT"
+
+    missing = rid()
+    with pytest.raises(grpc.aio.AioRpcError):
+        await api.inference.Generate(inference_pb2.GenerateRequest(model="nope", prompt="x", request_id=missing))
+    cases[missing] = "NOT_FOUND"
+
+    deadline = rid()
+    with pytest.raises(grpc.aio.AioRpcError):
+        await api.inference.Generate(
+            inference_pb2.GenerateRequest(model=TINY, prompt="x", request_id=deadline, sampling_params=long_sampling()),
+            timeout=0.3,
+        )
+    cases[deadline] = "DEADLINE_EXCEEDED"
+
+    cancelled = rid()
+    call = api.inference.GenerateStream(
+        inference_pb2.GenerateRequest(model=TINY, prompt="x", request_id=cancelled, sampling_params=long_sampling())
+    )
+    await call.read()
+    call.cancel()
+    cases[cancelled] = "CANCELLED"
+
+    streamed = rid()
+    async for _ in api.inference.GenerateStream(
+        inference_pb2.GenerateRequest(
+            model=TINY,
+            prompt="stream",
+            request_id=streamed,
+            sampling_params=sampling_pb2.SamplingParams(max_tokens=3, temperature=0),
+        )
+    ):
+        pass
+    cases[streamed] = "OK"
+
+    await asyncio.sleep(0.5)  # the cancelled call's record is written after the client left
+    for request_id, outcome in cases.items():
+        recs = await records_for(live_server, request_id, since)
+        assert len(recs) == 1, (request_id, outcome, recs)
+        assert recs[0].outcome == outcome
+        assert recs[0].event == "rpc"
+        assert recs[0].principal == "anonymous"
+        assert recs[0].latency_us is not None and recs[0].latency_us > 0
+    good = (await records_for(live_server, ok, since))[0]
+    assert good.method == "/xinserve.v1.InferenceService/Generate"
+    assert good.model == TINY
+    assert good.manifest_digest and good.manifest_digest.startswith("sm3:")
+    assert good.prompt_sm3 == sm3_hex(b"audit me")
+    assert good.output_sm3 == sm3_hex(reply.outputs[0].text.encode("utf-8"))
+    assert good.output_tokens == 4
+    assert good.content is None  # content capture is opt-in
+
+
+async def test_auditor_reads_the_log_and_is_itself_audited(live_server, tokens):
+    overrides = {"listen": {"plaintext": ["127.0.0.1:0"]}, "auth": {"token_file": str(tokens)}}
+    async with extra_frontend(live_server, overrides, audit=live_server.runtime.audit) as (_, _, port):
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            auditor = (("authorization", f"Bearer {AUDITOR}"),)
+            user = (("authorization", f"Bearer {USER}"),)
+            svc = audit_pb2_grpc.AuditServiceStub(channel)
+            await stubs(channel).models.ListModels(model_pb2.ListModelsRequest(), metadata=user)
+            flt = audit_pb2.AuditFilter(principal="svc-user", method="/xinserve.v1.ModelService/ListModels")
+            rows = [r async for r in svc.QueryRecords(audit_pb2.QueryRecordsRequest(filter=flt), metadata=auditor)]
+            assert rows and all(r.principal == "svc-user" for r in rows)
+            assert rows[-1].canonical.startswith(b"{") and len(rows[-1].chain_hash) == 64
+
+            chunks = [
+                c.jsonl async for c in svc.ExportRecords(audit_pb2.ExportRecordsRequest(filter=flt), metadata=auditor)
+            ]
+            lines = b"".join(chunks).splitlines()
+            assert len(lines) == len(rows)
+
+            cp = await svc.GetLatestCheckpoint(audit_pb2.GetLatestCheckpointRequest(), metadata=auditor)
+            from trust.sm2 import Sm2PublicKey
+
+            key = Sm2PublicKey.from_pem(cp.public_key_pem.encode())
+            key.verify(cp.signature, cp.payload)  # raises if the checkpoint signature is bad
+            assert key.key_id == cp.key_id
+
+            for metadata, code in ((user, grpc.StatusCode.PERMISSION_DENIED), ((), grpc.StatusCode.UNAUTHENTICATED)):
+                with pytest.raises(grpc.aio.AioRpcError) as err:
+                    await svc.GetLatestCheckpoint(audit_pb2.GetLatestCheckpointRequest(), metadata=metadata)
+                assert err.value.code() == code
+
+            since = int(time.time() * 1000) - 60_000
+            own = await live_server.runtime.audit.log.query(
+                QueryFilter(since_ms=since, method="/xinserve.v1.AuditService/QueryRecords")
+            )
+            assert any(decode_record(r.body)[2].detail.get("filter_principal") == "svc-user" for r in own)
+            refused = await live_server.runtime.audit.log.query(
+                QueryFilter(
+                    since_ms=since, method="/xinserve.v1.AuditService/GetLatestCheckpoint", outcome="PERMISSION_DENIED"
+                )
+            )
+            assert refused, "a refused auditor call is audited too"
+
+
+@pytest.fixture
+def tiny_fs(tmp_path):
+    mnt = tmp_path / "tiny"
+    mnt.mkdir()
+    res = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mnt)], capture_output=True, text=True)
+    if res.returncode != 0:
+        pytest.skip(f"cannot mount a 1 MiB tmpfs to simulate a full disk: {res.stderr.strip() or res.returncode}")
+    yield mnt
+    subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+async def test_full_audit_disk_fails_closed_then_recovers(live_server, tiny_fs):
+    from audit import AuditSettings
+
+    key = Sm2PrivateKey.generate()
+    settings = AuditSettings(path=tiny_fs / "audit.db", node_id="tiny", retention_enabled=False, retry_interval_s=0.2)
+    audit_log = await AuditLog.open(settings, signer=key, start_ticker=False)
+    trail = AuditTrail(audit_log, ContentCapture(), key.public_key())
+    overrides = {"listen": {"plaintext": ["127.0.0.1:0"]}}
+    async with extra_frontend(live_server, overrides, audit=trail) as (_, _, port):
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            api = stubs(channel)
+            request = inference_pb2.GenerateRequest(
+                model=TINY, prompt="fill " * 200, sampling_params=sampling_pb2.SamplingParams(max_tokens=1)
+            )
+            await api.inference.Generate(request)
+            filler = tiny_fs / "filler"
+            fd = os.open(filler, os.O_WRONLY | os.O_CREAT, 0o600)
+            try:
+                while True:
+                    os.write(fd, b"\0" * 4096)
+            except OSError:
+                pass
+            finally:
+                os.close(fd)
+            codes = []
+            for _ in range(50):
+                try:
+                    await api.inference.Generate(request)
+                    codes.append(grpc.StatusCode.OK)
+                except grpc.aio.AioRpcError as err:
+                    codes.append(err.code())
+                    assert err.code() == grpc.StatusCode.UNAVAILABLE
+                    assert "audit" in err.details()
+                    break
+            assert codes[-1] == grpc.StatusCode.UNAVAILABLE, "the audit disk never filled up"
+            with pytest.raises(grpc.aio.AioRpcError) as err:  # refused at once while the store is down
+                await api.inference.Generate(request)
+            assert err.value.code() == grpc.StatusCode.UNAVAILABLE
+            filler.unlink()
+            for _ in range(100):  # the log probes the store and recovers
+                try:
+                    await api.inference.Generate(request)
+                    break
+                except grpc.aio.AioRpcError:
+                    await asyncio.sleep(0.1)
+            else:
+                pytest.fail("the server did not recover after the audit disk had room again")
+    await audit_log.close()
