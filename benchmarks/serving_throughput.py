@@ -1,0 +1,871 @@
+"""Serving throughput: xinserve GenerateStream vs in-process AsyncLLM vs ``vllm serve`` HTTP.
+
+Streaming tokens/s and time-to-first-token (TTFT) p50/p99 at concurrency N (default 1, 8, 32)
+for the built-in generative model (``xinserve-tiny-llama``, 2-layer Llama, float32), with the
+same engine arguments everywhere, all in one run. Peers:
+
+* ``inproc``   the same vLLM ``AsyncLLM`` driven in-process, no RPC (the ceiling); it runs in a
+               child process of this script (one event loop: engine front end + load generator).
+* ``xinserve`` ``xinserve serve`` as a subprocess, ``InferenceService.GenerateStream`` over gRPC
+               on loopback, measured with two clients: ``xinserve-sync`` (blocking grpc stub,
+               one thread per stream) and ``xinserve-aio`` (grpc.aio, one event loop).
+* ``http``     ``vllm serve`` (via benchmarks/vllm_serve_launcher.py), ``POST /v1/completions``
+               with ``stream=true``, aiohttp client (one event loop).
+
+Only one engine runs at a time: each peer is started, warmed up, measured, stopped. A measurement
+at concurrency N is a closed loop: N workers each send requests back to back (same prompts for
+every peer) until ``max(min_requests, requests_per_worker * N)`` requests are done; tokens/s is
+generated tokens / wall time, TTFT is from sending the request to receiving the first token.
+Every request asks for exactly ``--max-tokens`` tokens (ignore_eos, temperature 0). Each
+configuration is repeated ``--reps`` times per round; ``--rounds`` starts every peer again (order
+reversed every other round). The report gives medians over all repetitions, TTFT percentiles over
+all requests, the load average, and the CPU used by the client, the server's front-end process and
+the engine processes.
+
+Not a test. Run by hand (about 5-10 minutes on 2 cores):
+
+    uv run --no-sync python benchmarks/serving_throughput.py --json-out /tmp/serving.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import platform
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+MODEL_NAME = "xinserve-tiny-llama"
+
+# The engine arguments of xinserve's built-in generative model on CPU (service/app.py
+# _BUILTIN_OPTIONS + engine_backends/platforms.py cpu profile), stated explicitly for every peer.
+ENGINE_ARGS: dict[str, Any] = {
+    "dtype": "float32",
+    "max_model_len": 2048,
+    "max_num_seqs": 64,
+    "max_num_batched_tokens": 4096,  # the API server's default is 2048, offline 4096: set it
+    "kv_cache_memory_bytes": 512 * 1024**2,
+    "enforce_eager": True,
+    # prefix caching: vLLM's default (on), as xinserve uses it
+}
+
+_WORDS = (
+    "river stone lantern maple orbit quiet harbor velvet signal copper meadow thunder pencil "
+    "glacier whisper saddle marble compass ember willow canyon ribbon falcon mosaic"
+).split()
+
+
+def prompts(count: int = 64) -> list[str]:
+    """Fixed, distinct prompts (about 20-30 tokens each); request i uses prompts[i % count]."""
+    out = []
+    for i in range(count):
+        words = [_WORDS[(i * 7 + j * 3) % len(_WORDS)] for j in range(14)]
+        out.append(f"Request {i}: " + " ".join(words))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# measurement records
+
+
+@dataclass
+class Run:
+    peer: str
+    concurrency: int
+    round: int
+    rep: int
+    requests: int
+    tokens: int
+    wall_s: float
+    tok_s: float
+    ttft_s: list[float]
+    loadavg_before: tuple[float, float, float]
+    loadavg_after: tuple[float, float, float]
+    client_cpu_s: float  # CPU of the process that ran the load generator (all its threads)
+    frontend_cpu_s: float | None = None  # the server's API front-end process
+    engine_cpu_s: float | None = None  # the engine processes (children of the front end)
+    errors: list[str] = field(default_factory=list)
+
+
+def pct(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    s = sorted(values)
+    k = (len(s) - 1) * q
+    lo = int(k)
+    hi = min(lo + 1, len(s) - 1)
+    return s[lo] + (s[hi] - s[lo]) * (k - lo)
+
+
+class TreeCpu:
+    """CPU seconds of a server process tree: the front-end process vs the engine processes."""
+
+    def __init__(self, root_pid: int, frontend_match: str) -> None:
+        import psutil
+
+        self._psutil = psutil
+        self.root = psutil.Process(root_pid)
+        self.frontend_match = frontend_match
+
+    def _procs(self) -> list[Any]:
+        try:
+            return [self.root, *self.root.children(recursive=True)]
+        except self._psutil.NoSuchProcess:
+            return []
+
+    def frontend(self) -> Any:
+        """The front-end process: the one running frontend_match that is not uv nor a spawned child."""
+        for p in self._procs():
+            with contextlib.suppress(self._psutil.Error):
+                cmd = " ".join(p.cmdline())
+                if self.frontend_match in cmd and "multiprocessing" not in cmd and p.name() != "uv":
+                    return p
+        return self.root
+
+    def sample(self) -> dict[int, float]:
+        out = {}
+        for p in self._procs():
+            with contextlib.suppress(self._psutil.Error):
+                t = p.cpu_times()
+                out[p.pid] = t.user + t.system
+        return out
+
+    def split(self, before: dict[int, float], after: dict[int, float]) -> tuple[float, float]:
+        """(front-end CPU s, engine CPU s): the front end vs all its descendants (engine cores)."""
+        fe = self.frontend()
+        engines: set[int] = set()
+        with contextlib.suppress(self._psutil.Error):
+            engines = {p.pid for p in fe.children(recursive=True)}
+        front = after.get(fe.pid, 0.0) - before.get(fe.pid, 0.0)
+        engine = sum(t - before.get(pid, 0.0) for pid, t in after.items() if pid in engines)
+        return front, engine
+
+    def pids(self) -> list[int]:
+        return [p.pid for p in self._procs()]
+
+
+# ---------------------------------------------------------------------------------------------
+# load generators: each returns (tokens, ttfts, errors) for `total` requests over `n` workers
+
+
+async def _closed_loop_async(n: int, total: int, one) -> tuple[int, list[float], list[str]]:
+    counter = iter(range(total))
+    tokens = 0
+    ttfts: list[float] = []
+    errors: list[str] = []
+
+    async def worker() -> None:
+        nonlocal tokens
+        for i in counter:
+            try:
+                got, ttft = await one(i)
+                tokens += got
+                ttfts.append(ttft)
+            except Exception as exc:  # a benchmark reports failures, it does not stop on them
+                errors.append(f"{type(exc).__name__}: {exc}"[:200])
+
+    await asyncio.gather(*(worker() for _ in range(n)))
+    return tokens, ttfts, errors
+
+
+def _closed_loop_threads(n: int, total: int, one) -> tuple[int, list[float], list[str]]:
+    lock = threading.Lock()
+    state = {"next": 0, "tokens": 0}
+    ttfts: list[float] = []
+    errors: list[str] = []
+    start = threading.Barrier(n)
+
+    def worker() -> None:
+        start.wait()
+        while True:
+            with lock:
+                i = state["next"]
+                if i >= total:
+                    return
+                state["next"] = i + 1
+            try:
+                got, ttft = one(i)
+                with lock:
+                    state["tokens"] += got
+                    ttfts.append(ttft)
+            except Exception as exc:
+                with lock:
+                    errors.append(f"{type(exc).__name__}: {exc}"[:200])
+
+    threads = [threading.Thread(target=worker, daemon=True) for _ in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return state["tokens"], ttfts, errors
+
+
+# ---------------------------------------------------------------------------------------------
+# clients
+
+
+class XinserveSync:
+    name = "xinserve-sync"
+
+    def __init__(self, target: str, args: argparse.Namespace) -> None:
+        import grpc
+
+        from xinserve.v1 import inference_pb2, inference_pb2_grpc, sampling_pb2
+
+        self.args = args
+        self.prompts = prompts()
+        self.channel = grpc.insecure_channel(target)
+        self.stub = inference_pb2_grpc.InferenceServiceStub(self.channel)
+        self.pb = inference_pb2
+        self.sp = sampling_pb2.SamplingParams(
+            max_tokens=args.max_tokens, temperature=0.0, ignore_eos=True, seed=args.seed
+        )
+
+    def one(self, i: int) -> tuple[int, float]:
+        req = self.pb.GenerateRequest(
+            model=MODEL_NAME, prompt=self.prompts[i % len(self.prompts)], sampling_params=self.sp
+        )
+        t0 = time.perf_counter()
+        ttft = None
+        n = 0
+        for msg in self.stub.GenerateStream(req, timeout=600):
+            if msg.token_ids:
+                if ttft is None:
+                    ttft = time.perf_counter() - t0
+                n += len(msg.token_ids)
+        if n != self.args.max_tokens:
+            raise RuntimeError(f"got {n} tokens, expected {self.args.max_tokens}")
+        return n, ttft or float("nan")
+
+    def run(self, n: int, total: int) -> tuple[int, list[float], list[str]]:
+        return _closed_loop_threads(n, total, self.one)
+
+    def close(self) -> None:
+        self.channel.close()
+
+
+class XinserveAio:
+    name = "xinserve-aio"
+
+    def __init__(self, target: str, args: argparse.Namespace) -> None:
+        from xinserve.v1 import inference_pb2, sampling_pb2
+
+        self.target = target
+        self.args = args
+        self.prompts = prompts()
+        self.pb = inference_pb2
+        self.sp = sampling_pb2.SamplingParams(
+            max_tokens=args.max_tokens, temperature=0.0, ignore_eos=True, seed=args.seed
+        )
+
+    def run(self, n: int, total: int) -> tuple[int, list[float], list[str]]:
+        import grpc
+
+        from xinserve.v1 import inference_pb2_grpc
+
+        async def main() -> tuple[int, list[float], list[str]]:
+            async with grpc.aio.insecure_channel(self.target) as channel:
+                stub = inference_pb2_grpc.InferenceServiceStub(channel)
+
+                async def one(i: int) -> tuple[int, float]:
+                    req = self.pb.GenerateRequest(
+                        model=MODEL_NAME, prompt=self.prompts[i % len(self.prompts)], sampling_params=self.sp
+                    )
+                    t0 = time.perf_counter()
+                    ttft = None
+                    got = 0
+                    async for msg in stub.GenerateStream(req, timeout=600):
+                        if msg.token_ids:
+                            if ttft is None:
+                                ttft = time.perf_counter() - t0
+                            got += len(msg.token_ids)
+                    if got != self.args.max_tokens:
+                        raise RuntimeError(f"got {got} tokens, expected {self.args.max_tokens}")
+                    return got, ttft or float("nan")
+
+                await channel.channel_ready()
+                return await _closed_loop_async(n, total, one)
+
+        return asyncio.run(main())
+
+    def close(self) -> None:
+        pass
+
+
+class VllmHttp:
+    name = "vllm-http"
+
+    def __init__(self, base_url: str, args: argparse.Namespace) -> None:
+        self.url = base_url + "/v1/completions"
+        self.args = args
+        self.prompts = prompts()
+
+    def run(self, n: int, total: int) -> tuple[int, list[float], list[str]]:
+        import aiohttp
+
+        async def main() -> tuple[int, list[float], list[str]]:
+            timeout = aiohttp.ClientTimeout(total=600)
+            connector = aiohttp.TCPConnector(limit=0)
+            async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
+
+                async def one(i: int) -> tuple[int, float]:
+                    body = {
+                        "model": MODEL_NAME,
+                        "prompt": self.prompts[i % len(self.prompts)],
+                        "max_tokens": self.args.max_tokens,
+                        "temperature": 0.0,
+                        "ignore_eos": True,
+                        "seed": self.args.seed,
+                        "stream": True,
+                        "return_token_ids": True,
+                    }
+                    t0 = time.perf_counter()
+                    ttft = None
+                    got = 0
+                    async with session.post(self.url, json=body) as resp:
+                        if resp.status != 200:
+                            raise RuntimeError(f"HTTP {resp.status}: {(await resp.text())[:200]}")
+                        async for line in resp.content:
+                            if not line.startswith(b"data: "):
+                                continue
+                            data = line[6:].strip()
+                            if data == b"[DONE]":
+                                break
+                            event = json.loads(data)
+                            for choice in event.get("choices") or ():
+                                ids = choice.get("token_ids") or ()
+                                if ids:
+                                    if ttft is None:
+                                        ttft = time.perf_counter() - t0
+                                    got += len(ids)
+                    if got != self.args.max_tokens:
+                        raise RuntimeError(f"got {got} tokens, expected {self.args.max_tokens}")
+                    return got, ttft or float("nan")
+
+                return await _closed_loop_async(n, total, one)
+
+        return asyncio.run(main())
+
+    def close(self) -> None:
+        pass
+
+
+# ---------------------------------------------------------------------------------------------
+# measuring a client against a running server
+
+
+def total_requests(n: int, args: argparse.Namespace) -> int:
+    return max(args.min_requests, args.requests_per_worker * n)
+
+
+def measure(client, tree: TreeCpu | None, peer: str, rnd: int, args: argparse.Namespace, log) -> list[Run]:
+    runs = []
+    # warm-up: every prompt once at the highest concurrency (fills the prefix cache alike for all)
+    client.run(max(args.concurrency), max(64, max(args.concurrency)))
+    for rep in range(args.reps):
+        for n in args.concurrency:
+            total = total_requests(n, args)
+            la0 = os.getloadavg()
+            before = tree.sample() if tree else {}
+            c0 = time.process_time()
+            t0 = time.perf_counter()
+            tokens, ttfts, errors = client.run(n, total)
+            wall = time.perf_counter() - t0
+            c1 = time.process_time()
+            fe = eng = None
+            if tree:
+                fe, eng = tree.split(before, tree.sample())
+            run = Run(
+                peer=peer,
+                concurrency=n,
+                round=rnd,
+                rep=rep,
+                requests=total,
+                tokens=tokens,
+                wall_s=wall,
+                tok_s=tokens / wall,
+                ttft_s=ttfts,
+                loadavg_before=la0,
+                loadavg_after=os.getloadavg(),
+                client_cpu_s=c1 - c0,
+                frontend_cpu_s=fe,
+                engine_cpu_s=eng,
+                errors=errors,
+            )
+            log(run)
+            runs.append(run)
+    return runs
+
+
+# ---------------------------------------------------------------------------------------------
+# servers
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    """A server subprocess in its own session; stop() ends the whole tree."""
+
+    def __init__(self, cmd: list[str], env: dict[str, str], log_path: Path) -> None:
+        self.log_path = log_path
+        self.log = log_path.open("wb")
+        self.proc = subprocess.Popen(
+            cmd, cwd=ROOT, env=env, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        self.seen: set[int] = {self.proc.pid}
+
+    def remember_tree(self) -> None:
+        import psutil
+
+        with contextlib.suppress(psutil.Error):
+            self.seen.update(p.pid for p in psutil.Process(self.proc.pid).children(recursive=True))
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def tail(self, n: int = 30) -> str:
+        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
+
+    def stop(self, grace: float = 30.0) -> None:
+        import psutil
+
+        self.remember_tree()
+        if self.alive():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(grace)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(10)
+        # engine processes that outlived their parent: only the ones this server started
+        deadline = time.monotonic() + 10
+        for pid in sorted(self.seen):
+            with contextlib.suppress(psutil.Error):
+                p = psutil.Process(pid)
+                while p.is_running() and p.status() != psutil.STATUS_ZOMBIE and time.monotonic() < deadline:
+                    time.sleep(0.2)
+                if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
+                    p.kill()
+        self.log.close()
+
+
+def child_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env.setdefault("HF_HUB_OFFLINE", "1")
+    env.setdefault("TRANSFORMERS_OFFLINE", "1")
+    env.setdefault("VLLM_NO_USAGE_STATS", "1")
+    env.setdefault("DO_NOT_TRACK", "1")
+    env.setdefault("TOKENIZERS_PARALLELISM", "false")
+    return env
+
+
+def start_xinserve(data_dir: Path, logdir: Path, timeout: float) -> tuple[Server, str]:
+    import grpc
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    port = free_port()
+    target = f"127.0.0.1:{port}"
+    cmd = [
+        "uv", "run", "--no-sync", "xinserve", "serve",
+        "--listen", target, "--data-dir", str(data_dir), "--no-metrics", "--log-level", "warning",
+        "--dtype", ENGINE_ARGS["dtype"],
+        "--max-num-seqs", str(ENGINE_ARGS["max_num_seqs"]),
+        "--kv-cache-memory-bytes", str(ENGINE_ARGS["kv_cache_memory_bytes"]),
+    ]  # fmt: skip
+    # No --max-model-len: it would apply to the embedding model too (MiniLM allows 512) and fail it.
+    # The built-in options give the generative model max_model_len 2048 and
+    # max_num_batched_tokens 4096, the CPU profile enforce_eager (service/app.py,
+    # engine_backends/platforms.py); the model list is checked below.
+    server = Server(cmd, child_env(), logdir / f"xinserve-{port}.log")
+    deadline = time.monotonic() + timeout
+    with grpc.insecure_channel(target) as ch:
+        health = health_pb2_grpc.HealthStub(ch)
+        while True:
+            if not server.alive():
+                raise RuntimeError(f"xinserve exited with {server.proc.returncode}:\n{server.tail()}")
+            if time.monotonic() > deadline:
+                server.stop()
+                raise RuntimeError(f"xinserve not SERVING after {timeout:.0f} s:\n{server.tail()}")
+            with contextlib.suppress(grpc.RpcError):
+                r = health.Check(health_pb2.HealthCheckRequest(service=""), timeout=2)
+                if r.status == health_pb2.HealthCheckResponse.SERVING:
+                    break
+            time.sleep(0.5)
+        from xinserve.v1 import model_pb2, model_pb2_grpc
+
+        models = model_pb2_grpc.ModelServiceStub(ch).ListModels(model_pb2.ListModelsRequest(), timeout=10).models
+    for m in models:
+        print(
+            f"  xinserve model {m.name}: state {model_pb2.ModelState.Name(m.state)}, "
+            f"context {m.max_context_length}, dtype {m.dtype}",
+            flush=True,
+        )
+    gen = [m for m in models if m.name == MODEL_NAME]
+    if not gen or gen[0].max_context_length != ENGINE_ARGS["max_model_len"] or gen[0].dtype != ENGINE_ARGS["dtype"]:
+        server.stop()
+        raise RuntimeError(f"xinserve serves {MODEL_NAME} with other engine arguments: {gen}")
+    server.remember_tree()
+    return server, target
+
+
+def start_vllm_http(model_dir: Path, logdir: Path, timeout: float) -> tuple[Server, str]:
+    import urllib.request
+
+    port = free_port()
+    cmd = [
+        sys.executable, str(ROOT / "benchmarks" / "vllm_serve_launcher.py"), "serve", str(model_dir),
+        "--host", "127.0.0.1", "--port", str(port),
+        "--served-model-name", MODEL_NAME,
+        "--dtype", ENGINE_ARGS["dtype"],
+        "--max-model-len", str(ENGINE_ARGS["max_model_len"]),
+        "--max-num-seqs", str(ENGINE_ARGS["max_num_seqs"]),
+        "--max-num-batched-tokens", str(ENGINE_ARGS["max_num_batched_tokens"]),
+        "--kv-cache-memory-bytes", str(ENGINE_ARGS["kv_cache_memory_bytes"]),
+        "--enforce-eager",
+        "--disable-log-stats",  # as xinserve (disable_log_stats=True)
+        "--uvicorn-log-level", "warning",
+    ]  # fmt: skip
+    server = Server(cmd, child_env(), logdir / f"vllm-serve-{port}.log")
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + timeout
+    while True:
+        if not server.alive():
+            raise RuntimeError(f"vllm serve exited with {server.proc.returncode}:\n{server.tail()}")
+        if time.monotonic() > deadline:
+            server.stop()
+            raise RuntimeError(f"vllm serve not healthy after {timeout:.0f} s:\n{server.tail()}")
+        with contextlib.suppress(OSError):
+            with urllib.request.urlopen(base + "/health", timeout=2) as r:
+                if r.status == 200:
+                    break
+        time.sleep(0.5)
+    server.remember_tree()
+    return server, base
+
+
+# ---------------------------------------------------------------------------------------------
+# the in-process peer (runs in a child process: `serving_throughput.py _inproc ...`)
+
+
+def inproc_child(args: argparse.Namespace) -> int:
+    from engine_backends.builtin_models import tiny_llama_dir
+
+    model_dir = tiny_llama_dir(Path(args.data_dir))
+    import psutil
+    from vllm import SamplingParams
+    from vllm.engine.arg_utils import AsyncEngineArgs
+    from vllm.sampling_params import RequestOutputKind
+    from vllm.v1.engine.async_llm import AsyncLLM
+
+    engine_args = AsyncEngineArgs(
+        model=str(model_dir),
+        served_model_name=MODEL_NAME,
+        runner="generate",
+        disable_log_stats=True,
+        enable_log_requests=False,
+        **ENGINE_ARGS,
+    )
+    llm = AsyncLLM.from_engine_args(engine_args)
+    me = psutil.Process()
+    texts = prompts()
+    results: list[Run] = []
+    seq = iter(range(10**9))
+
+    async def main() -> None:
+        tok = llm.get_tokenizer()
+        params = SamplingParams(
+            max_tokens=args.max_tokens,
+            temperature=0.0,
+            ignore_eos=True,
+            seed=args.seed,
+            output_kind=RequestOutputKind.DELTA,  # what xinserve's streaming path asks for
+        )
+
+        async def one(i: int) -> tuple[int, float]:
+            t0 = time.perf_counter()
+            # the same path as xinserve's engine backend: tokenize, render, generate
+            ids = list(tok(texts[i % len(texts)], add_special_tokens=True)["input_ids"])
+            (engine_input,) = await llm.renderer.render_cmpl_async([{"prompt_token_ids": ids}])
+            ttft = None
+            got = 0
+            async for out in llm.generate(engine_input, params, f"bench-{next(seq)}"):
+                for c in out.outputs:
+                    if c.token_ids:
+                        if ttft is None:
+                            ttft = time.perf_counter() - t0
+                        got += len(c.token_ids)
+            if got != args.max_tokens:
+                raise RuntimeError(f"got {got} tokens, expected {args.max_tokens}")
+            return got, ttft or float("nan")
+
+        def engine_cpu() -> dict[int, float]:
+            out = {}
+            for p in me.children(recursive=True):
+                with contextlib.suppress(psutil.Error):
+                    t = p.cpu_times()
+                    out[p.pid] = t.user + t.system
+            return out
+
+        await _closed_loop_async(max(args.concurrency), max(64, max(args.concurrency)), one)  # warm-up
+        for rep in range(args.reps):
+            for n in args.concurrency:
+                total = total_requests(n, args)
+                la0 = os.getloadavg()
+                e0 = engine_cpu()
+                c0 = time.process_time()
+                t0 = time.perf_counter()
+                tokens, ttfts, errors = await _closed_loop_async(n, total, one)
+                wall = time.perf_counter() - t0
+                c1 = time.process_time()
+                e1 = engine_cpu()
+                run = Run(
+                    peer="inproc",
+                    concurrency=n,
+                    round=args.round,
+                    rep=rep,
+                    requests=total,
+                    tokens=tokens,
+                    wall_s=wall,
+                    tok_s=tokens / wall,
+                    ttft_s=ttfts,
+                    loadavg_before=la0,
+                    loadavg_after=os.getloadavg(),
+                    # client and engine front end share this process: all of it is "client" here
+                    client_cpu_s=c1 - c0,
+                    frontend_cpu_s=None,
+                    engine_cpu_s=sum(t - e0.get(pid, 0.0) for pid, t in e1.items()),
+                    errors=errors,
+                )
+                print("RUN " + json.dumps(asdict(run)), flush=True)
+                results.append(run)
+
+    try:
+        asyncio.run(main())
+    finally:
+        llm.shutdown()
+    return 0
+
+
+def run_inproc(args: argparse.Namespace, rnd: int, logdir: Path, log) -> list[Run]:
+    cmd = [
+        sys.executable, __file__, "_inproc",
+        "--data-dir", str(args.data_dir), "--round", str(rnd),
+        "--reps", str(args.reps), "--max-tokens", str(args.max_tokens), "--seed", str(args.seed),
+        "--requests-per-worker", str(args.requests_per_worker), "--min-requests", str(args.min_requests),
+        "--concurrency", *map(str, args.concurrency),
+    ]  # fmt: skip
+    runs = []
+    log_path = logdir / f"inproc-round{rnd}.log"
+    with log_path.open("w") as errlog:
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=child_env(), stdout=subprocess.PIPE, stderr=errlog, text=True)
+        try:
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                if line.startswith("RUN "):
+                    d = json.loads(line[4:])
+                    d["loadavg_before"] = tuple(d["loadavg_before"])
+                    d["loadavg_after"] = tuple(d["loadavg_after"])
+                    run = Run(**d)
+                    log(run)
+                    runs.append(run)
+            proc.wait(args.start_timeout + 600)
+        finally:
+            if proc.poll() is None:
+                proc.terminate()
+                proc.wait(30)
+    if proc.returncode != 0:
+        tail = "\n".join(log_path.read_text(errors="replace").splitlines()[-20:])
+        raise RuntimeError(f"in-process peer failed ({proc.returncode}):\n{tail}")
+    return runs
+
+
+# ---------------------------------------------------------------------------------------------
+# report
+
+
+def summarize(runs: list[Run], concurrency: list[int]) -> dict[str, Any]:
+    peers = ["inproc", "xinserve-sync", "xinserve-aio", "vllm-http"]
+    table: dict[str, Any] = {}
+    for n in concurrency:
+        row: dict[str, Any] = {}
+        for p in peers:
+            rs = [r for r in runs if r.peer == p and r.concurrency == n]
+            if not rs:
+                continue
+            ttft = [t for r in rs for t in r.ttft_s]
+            walls = sum(r.wall_s for r in rs)
+            row[p] = {
+                "runs": len(rs),
+                "tok_s_median": statistics.median(r.tok_s for r in rs),
+                "tok_s_min": min(r.tok_s for r in rs),
+                "tok_s_max": max(r.tok_s for r in rs),
+                "ttft_p50_ms": 1000 * pct(ttft, 0.5),
+                "ttft_p99_ms": 1000 * pct(ttft, 0.99),
+                "client_cpu_cores": sum(r.client_cpu_s for r in rs) / walls,
+                "frontend_cpu_cores": (
+                    sum(r.frontend_cpu_s or 0 for r in rs) / walls if rs[0].frontend_cpu_s is not None else None
+                ),
+                "engine_cpu_cores": (
+                    sum(r.engine_cpu_s or 0 for r in rs) / walls if rs[0].engine_cpu_s is not None else None
+                ),
+                "loadavg1_median": statistics.median(r.loadavg_before[0] for r in rs),
+                "errors": sum(len(r.errors) for r in rs),
+            }
+        for x in ("xinserve-sync", "xinserve-aio"):
+            if x in row:
+                for base in ("inproc", "vllm-http"):
+                    if base in row:
+                        row[f"{x}/{base}"] = row[x]["tok_s_median"] / row[base]["tok_s_median"]
+        table[str(n)] = row
+    return table
+
+
+def print_table(table: dict[str, Any]) -> None:
+    print()
+    print("| N | peer | tok/s median (min-max) | TTFT p50 ms | TTFT p99 ms | client CPU | front-end CPU | engine CPU "
+          "| load1 | runs |")  # fmt: skip
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+
+    def cores(v: float | None) -> str:
+        return "-" if v is None else f"{v:.2f}"
+
+    for n, row in table.items():
+        for p in ("inproc", "xinserve-sync", "xinserve-aio", "vllm-http"):
+            if p not in row:
+                continue
+            s = row[p]
+            print(
+                f"| {n} | {p} | {s['tok_s_median']:.0f} ({s['tok_s_min']:.0f}-{s['tok_s_max']:.0f}) "
+                f"| {s['ttft_p50_ms']:.1f} | {s['ttft_p99_ms']:.1f} | {cores(s['client_cpu_cores'])} "
+                f"| {cores(s['frontend_cpu_cores'])} | {cores(s['engine_cpu_cores'])} "
+                f"| {s['loadavg1_median']:.1f} | {s['runs']}{' ERR' + str(s['errors']) if s['errors'] else ''} |"
+            )
+    print()
+    print("| N | xinserve-sync ÷ inproc | ÷ vllm-http | xinserve-aio ÷ inproc | ÷ vllm-http |")
+    print("|---|---:|---:|---:|---:|")
+    for n, row in table.items():
+        cells = [row.get(k) for k in ("xinserve-sync/inproc", "xinserve-sync/vllm-http",
+                                      "xinserve-aio/inproc", "xinserve-aio/vllm-http")]  # fmt: skip
+        print(f"| {n} | " + " | ".join("-" if c is None else f"{c:.2f}" for c in cells) + " |")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("mode", nargs="?", default="all", choices=("all", "_inproc"), help=argparse.SUPPRESS)
+    ap.add_argument("--peers", default="inproc,xinserve,http", help="comma-separated: inproc, xinserve, http")
+    ap.add_argument("--clients", default="sync,aio", help="xinserve clients: sync (blocking grpc, threads), aio")
+    ap.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 32])
+    ap.add_argument("--reps", type=int, default=5, help="repetitions of each configuration per round")
+    ap.add_argument("--rounds", type=int, default=1, help="start every peer again this many times")
+    ap.add_argument("--max-tokens", type=int, default=128)
+    ap.add_argument("--requests-per-worker", type=int, default=4)
+    ap.add_argument("--min-requests", type=int, default=8)
+    ap.add_argument("--seed", type=int, default=1234)
+    ap.add_argument("--data-dir", type=Path, default=Path(tempfile.gettempdir()) / "xinserve-bench-data")
+    ap.add_argument("--start-timeout", type=float, default=300)
+    ap.add_argument("--json-out", type=Path)
+    ap.add_argument("--round", type=int, default=0, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    args.concurrency = sorted(set(args.concurrency))
+
+    if args.mode == "_inproc":
+        return inproc_child(args)
+
+    from engine_backends.builtin_models import tiny_llama_dir
+
+    model_dir = tiny_llama_dir(args.data_dir)
+    logdir = Path(tempfile.mkdtemp(prefix="serving-bench-"))
+    peers = [p.strip() for p in args.peers.split(",") if p.strip()]
+    clients = [c.strip() for c in args.clients.split(",") if c.strip()]
+    runs: list[Run] = []
+    started = time.time()
+
+    def log(run: Run) -> None:
+        print(
+            f"[{time.strftime('%H:%M:%S')}] round {run.round} {run.peer:13s} N={run.concurrency:<3d} rep {run.rep} "
+            f"{run.tok_s:8.0f} tok/s  TTFT p50 {1000 * pct(run.ttft_s, 0.5):7.1f} ms p99 "
+            f"{1000 * pct(run.ttft_s, 0.99):7.1f} ms  client CPU {run.client_cpu_s / run.wall_s:4.2f}  "
+            f"load {run.loadavg_before[0]:.1f}" + (f"  ERRORS {run.errors[:2]}" if run.errors else ""),
+            flush=True,
+        )
+
+    print(f"model {model_dir}; engine args {ENGINE_ARGS}; logs in {logdir}", flush=True)
+    for rnd in range(args.rounds):
+        order = peers if rnd % 2 == 0 else list(reversed(peers))
+        for peer in order:
+            t0 = time.monotonic()
+            if peer == "inproc":
+                runs += run_inproc(args, rnd, logdir, log)
+            elif peer == "xinserve":
+                server, target = start_xinserve(args.data_dir, logdir, args.start_timeout)
+                print(f"xinserve SERVING on {target} after {time.monotonic() - t0:.0f} s", flush=True)
+                try:
+                    tree = TreeCpu(server.proc.pid, "xinserve serve")
+                    for kind in clients:
+                        client = (XinserveSync if kind == "sync" else XinserveAio)(target, args)
+                        try:
+                            runs += measure(client, tree, client.name, rnd, args, log)
+                        finally:
+                            client.close()
+                finally:
+                    server.stop()
+            elif peer == "http":
+                server, base = start_vllm_http(model_dir, logdir, args.start_timeout)
+                print(f"vllm serve healthy on {base} after {time.monotonic() - t0:.0f} s", flush=True)
+                try:
+                    tree = TreeCpu(server.proc.pid, "vllm_serve_launcher")
+                    client = VllmHttp(base, args)
+                    runs += measure(client, tree, client.name, rnd, args, log)
+                finally:
+                    server.stop()
+            else:
+                raise SystemExit(f"unknown peer {peer!r}")
+
+    table = summarize(runs, args.concurrency)
+    print(f"\nfinished in {time.time() - started:.0f} s; {os.cpu_count()} CPUs; load now {os.getloadavg()}")
+    print_table(table)
+    if args.json_out:
+        args.json_out.write_text(
+            json.dumps(
+                {
+                    "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
+                    "machine": {
+                        "cpus": os.cpu_count(),
+                        "python": platform.python_version(),
+                        "platform": platform.platform(),
+                    },
+                    "engine_args": ENGINE_ARGS,
+                    "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
+                    "summary": table,
+                    "runs": [asdict(r) for r in runs],
+                },
+                indent=1,
+            )
+        )
+        print(f"wrote {args.json_out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
