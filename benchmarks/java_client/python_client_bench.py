@@ -31,7 +31,7 @@ def one_round(client: XinserveClient, concurrency: int, max_tokens: int) -> int:
             ) as stream:
                 for delta in stream:
                     tokens[i] += len(delta.token_ids)
-        except BaseException as exc:  # noqa: BLE001 - reported below
+        except BaseException as exc:  # reported below
             errors.append(exc)
 
     threads = [threading.Thread(target=worker, args=(i,), daemon=True) for i in range(concurrency)]
