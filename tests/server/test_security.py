@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import grpc
 import pytest
 
@@ -107,29 +109,34 @@ async def test_mtls_subject_becomes_principal(live_server, pki):
         assert await code_of(call_with(target, stranger)) == grpc.StatusCode.UNAVAILABLE
 
 
-async def test_principal_is_attached_to_the_call(live_server, pki, token_file):
-    from service import call_context
-
-    seen = []
-    original = call_context.CallInfo.__setattr__
+async def test_principal_and_certificate_reach_the_audit_record(live_server, pki, token_file):
+    from audit import QueryFilter, decode_record
 
     overrides = {
-        "listen": {"plaintext": ["127.0.0.1:0"]},
+        "listen": {"plaintext": [], "tls": ["127.0.0.1:0"]},
+        "tls": {
+            "cert_file": str(pki.server_cert),
+            "key_file": str(pki.server_key),
+            "client_ca_file": str(pki.ca_cert),
+        },
         "auth": {"token_file": str(token_file), "required": True},
     }
-    async with extra_frontend(live_server, overrides) as (_frontend, _, port):
-
-        def spy(self, name, value):
-            if name == "principal":
-                seen.append(value)
-            original(self, name, value)
-
-        call_context.CallInfo.__setattr__ = spy  # type: ignore[method-assign]
-        try:
-            await call_with(f"127.0.0.1:{port}", None, (("authorization", f"Bearer {GOOD}"),))
-        finally:
-            call_context.CallInfo.__setattr__ = original  # type: ignore[method-assign]
-    assert any(p.name == "svc-a" and p.auth_method == "token" for p in seen)
+    since = int(time.time() * 1000) - 1000
+    async with extra_frontend(live_server, overrides, audit=live_server.runtime.audit) as (_, _, port):
+        creds = grpc.ssl_channel_credentials(
+            pki.ca_cert.read_bytes(), pki.client_key.read_bytes(), pki.client_cert.read_bytes()
+        )
+        await call_with(f"localhost:{port}", creds)
+        await call_with(f"localhost:{port}", creds, (("authorization", f"Bearer {GOOD}"),))
+    rows = await live_server.runtime.audit.log.query(
+        QueryFilter(since_ms=since, method="/xinserve.v1.InferenceService/Tokenize")
+    )
+    records = [decode_record(r.body)[2] for r in rows]
+    by_method = {(r.auth_method, r.principal) for r in records}
+    assert ("mtls", "CN=alice,O=xinserve tests") in by_method
+    assert ("token", "svc-a") in by_method
+    mtls = next(r for r in records if r.auth_method == "mtls")
+    assert mtls.cert_fingerprint and len(mtls.cert_fingerprint) == 64
 
 
 async def test_unauthenticated_generate_is_refused_before_the_engine(live_server, token_file):
