@@ -43,8 +43,9 @@ class DemoAppIT {
   @DynamicPropertySource
   static void server(DynamicPropertyRegistry registry) {
     LiveServers s = LiveServers.get();
-    registry.add("xinserve.client.address", () -> "dns:///127.0.0.1:" + s.plain.port);
+    registry.add("xinserve.client.address", () -> "dns:///127.0.0.1:" + s.server.port);
     registry.add("xinserve.client.plaintext", () -> "true");
+    registry.add("xinserve.client.token", () -> LiveServers.TOKEN);
   }
 
   @BeforeAll

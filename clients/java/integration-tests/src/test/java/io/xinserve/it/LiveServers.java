@@ -13,17 +13,13 @@ import java.util.HexFormat;
 import java.util.List;
 
 /**
- * The two live servers every IT shares, started once per test JVM (so once per Maven run) and
- * stopped with SIGTERM when the JUnit run ends ({@link XinserveServerExtension}), or at JVM exit.
+ * The live server every IT shares, started once per test JVM (so once per Maven run) and stopped
+ * with SIGTERM when the JUnit run ends ({@link XinserveServerExtension}), or at JVM exit.
  *
- * <ul>
- *   <li>{@code plain}: a plaintext listener and a TLS listener (server authentication only), no
- *       authentication required;
- *   <li>{@code secure}: {@code --auth-required} with a token file; a plaintext loopback listener
- *       (bearer tokens) and a TLS listener that requires a client certificate (mTLS).
- * </ul>
- *
- * Both load the embedded default models. Starting them in parallel halves the wait.
+ * <p>One server keeps start-up and memory small on a 2-core machine (each server loads two vLLM
+ * engines): {@code --auth-required} with a token file, a plaintext loopback listener (bearer
+ * tokens) and a TLS listener that requires a client certificate (mTLS; its subject is the
+ * principal). TLS server verification with the test CA is exercised on that listener.
  */
 final class LiveServers implements AutoCloseable {
   static final String TINY = "xinserve-tiny-llama";
@@ -36,10 +32,8 @@ final class LiveServers implements AutoCloseable {
 
   final Path work;
   final TestPki pki;
-  final XinserveServer plain;
-  final int plainTlsPort;
-  final XinserveServer secure;
-  final int secureTlsPort;
+  final XinserveServer server;
+  final int tlsPort;
 
   static synchronized LiveServers get() {
     if (failure != null) {
@@ -78,39 +72,20 @@ final class LiveServers implements AutoCloseable {
     Files.writeString(tokens, "# principal sha256(token) roles\n" + PRINCIPAL + " " + sha256(TOKEN) + " user\n",
         StandardCharsets.UTF_8);
 
-    int plainPort = XinserveServer.freePort();
-    plainTlsPort = XinserveServer.freePort();
-    int securePort = XinserveServer.freePort();
-    secureTlsPort = XinserveServer.freePort();
-
-    XinserveServer p = null;
-    XinserveServer s = null;
-    try {
-      p = XinserveServer.start("plain", work, plainPort, List.of(
-          "--tls-listen", "127.0.0.1:" + plainTlsPort,
-          "--tls-cert", pki.serverCert.toString(), "--tls-key", pki.serverKey.toString()));
-      s = XinserveServer.start("secure", work, securePort, List.of(
-          "--tls-listen", "127.0.0.1:" + secureTlsPort,
-          "--tls-cert", pki.serverCert.toString(), "--tls-key", pki.serverKey.toString(),
-          "--tls-client-ca", pki.caCert.toString(),
-          "--token-file", tokens.toString(), "--auth-required"));
-      try (XinserveClient probe = plainClient(p.port).build()) {
-        p.awaitServing(probe);
-      }
-      try (XinserveClient probe = plainClient(s.port).bearerToken(TOKEN).build()) {
-        s.awaitServing(probe);
-      }
+    int port = XinserveServer.freePort();
+    tlsPort = XinserveServer.freePort();
+    XinserveServer started = XinserveServer.start("xinserve", work, port, List.of(
+        "--tls-listen", "127.0.0.1:" + tlsPort,
+        "--tls-cert", pki.serverCert.toString(), "--tls-key", pki.serverKey.toString(),
+        "--tls-client-ca", pki.caCert.toString(),
+        "--token-file", tokens.toString(), "--auth-required"));
+    try (XinserveClient probe = plainClient(port).bearerToken(TOKEN).build()) {
+      started.awaitServing(probe);
     } catch (Exception | Error e) {
-      if (p != null) {
-        p.close();
-      }
-      if (s != null) {
-        s.close();
-      }
+      started.close();
       throw e;
     }
-    plain = p;
-    secure = s;
+    server = started;
   }
 
   static XinserveClient.Builder plainClient(int port) {
@@ -121,14 +96,14 @@ final class LiveServers implements AutoCloseable {
         .unaryDeadline(Duration.ofSeconds(60));
   }
 
-  /** @return a client of the plain server's plaintext listener */
+  /** @return a client of the plaintext listener, with the valid bearer token */
   XinserveClient.Builder plainClient() {
-    return plainClient(plain.port);
+    return plainClient(server.port).bearerToken(TOKEN);
   }
 
-  /** @return a builder aimed at the secure server's plaintext listener (no credentials yet) */
-  XinserveClient.Builder secureClient() {
-    return plainClient(secure.port);
+  /** @return a builder aimed at the plaintext listener without credentials */
+  XinserveClient.Builder anonymousClient() {
+    return plainClient(server.port);
   }
 
   static String sha256(String s) throws NoSuchAlgorithmException {
@@ -137,14 +112,8 @@ final class LiveServers implements AutoCloseable {
 
   @Override
   public synchronized void close() throws Exception {
-    try {
-      if (plain != null) {
-        plain.close();
-      }
-    } finally {
-      if (secure != null) {
-        secure.close();
-      }
+    if (server != null) {
+      server.close();
     }
   }
 

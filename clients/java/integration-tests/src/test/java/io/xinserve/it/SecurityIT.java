@@ -16,7 +16,7 @@ import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
 import org.junit.jupiter.api.extension.ExtendWith;
 
-/** TLS with a custom CA, mTLS from PEM, bearer tokens: accepted and refused. */
+/** TLS with a custom CA and mTLS from PEM, bearer tokens: accepted and refused. */
 @ExtendWith(XinserveServerExtension.class)
 @Timeout(value = 120, unit = TimeUnit.SECONDS)
 class SecurityIT {
@@ -30,17 +30,11 @@ class SecurityIT {
   }
 
   @Test
-  void tlsWithACustomCa() {
-    try (XinserveClient c = tls(servers.plainTlsPort).trustCertificates(servers.pki.caCert).build()) {
-      assertThat(c.listModels()).extracting(Model::getName).contains(TINY);
-    }
-  }
-
-  @Test
   void tlsByIpAddressMatchesTheIpSan() {
     try (XinserveClient c = XinserveClient.builder()
-        .address("127.0.0.1", servers.plainTlsPort)
+        .address("127.0.0.1", servers.tlsPort)
         .trustCertificates(servers.pki.caCert)
+        .clientCertificate(servers.pki.clientCert, servers.pki.clientKey)
         .build()) {
       assertThat(c.serverInfo().getServerVersion()).isNotEmpty();
     }
@@ -48,14 +42,17 @@ class SecurityIT {
 
   @Test
   void tlsRefusesAServerCertificateFromAnotherCa() {
-    try (XinserveClient c = tls(servers.plainTlsPort).trustCertificates(servers.pki.otherCaCert).build()) {
+    try (XinserveClient c = tls(servers.tlsPort)
+        .trustCertificates(servers.pki.otherCaCert)
+        .clientCertificate(servers.pki.clientCert, servers.pki.clientKey)
+        .build()) {
       assertThatThrownBy(c::listModels).isInstanceOf(UnavailableException.class);
     }
   }
 
   @Test
-  void mutualTlsWithAClientCertificateFromPem() {
-    try (XinserveClient c = tls(servers.secureTlsPort)
+  void mutualTlsWithACustomCaAndAClientCertificateFromPem() {
+    try (XinserveClient c = tls(servers.tlsPort)
         .trustCertificates(servers.pki.caCert)
         .clientCertificate(servers.pki.clientCert, servers.pki.clientKey)
         .build()) {
@@ -66,7 +63,7 @@ class SecurityIT {
 
   @Test
   void mutualTlsListenerRefusesAClientWithoutCertificate() {
-    try (XinserveClient c = tls(servers.secureTlsPort).trustCertificates(servers.pki.caCert).build()) {
+    try (XinserveClient c = tls(servers.tlsPort).trustCertificates(servers.pki.caCert).build()) {
       assertThatThrownBy(c::listModels)
           .isInstanceOfAny(UnavailableException.class, UnauthenticatedException.class);
     }
@@ -74,7 +71,7 @@ class SecurityIT {
 
   @Test
   void bearerTokenAccepted() {
-    try (XinserveClient c = servers.secureClient().bearerToken(LiveServers.TOKEN).build()) {
+    try (XinserveClient c = servers.anonymousClient().bearerToken(LiveServers.TOKEN).build()) {
       assertThat(c.listModels()).extracting(Model::getName).contains(TINY);
       assertThat(c.generate(ClientIT.greedy("token", 4)).getOutputsCount()).isEqualTo(1);
     }
@@ -82,12 +79,12 @@ class SecurityIT {
 
   @Test
   void missingOrWrongTokenIsUnauthenticated() {
-    try (XinserveClient none = servers.secureClient().build()) {
+    try (XinserveClient none = servers.anonymousClient().build()) {
       assertThatThrownBy(none::listModels).isInstanceOf(UnauthenticatedException.class);
       assertThatThrownBy(() -> none.generate(ClientIT.greedy("x", 4)))
           .isInstanceOf(UnauthenticatedException.class);
     }
-    try (XinserveClient wrong = servers.secureClient().bearerToken("not-the-token").build()) {
+    try (XinserveClient wrong = servers.anonymousClient().bearerToken("not-the-token").build()) {
       assertThatThrownBy(wrong::listModels).isInstanceOf(UnauthenticatedException.class);
     }
   }
@@ -95,7 +92,7 @@ class SecurityIT {
   @Test
   void refreshedTokenIsUsedOnTheNextCall() {
     AtomicReference<String> current = new AtomicReference<>("stale-token");
-    try (XinserveClient c = servers.secureClient().bearerToken(current::get).build()) {
+    try (XinserveClient c = servers.anonymousClient().bearerToken(current::get).build()) {
       assertThatThrownBy(c::listModels).isInstanceOf(UnauthenticatedException.class);
       current.set(LiveServers.TOKEN);
       assertThat(c.listModels()).isNotEmpty();

@@ -33,9 +33,9 @@ class StarterSslBundleIT {
             "spring.ssl.bundle.pem.xinserve.truststore.certificate=file:" + servers.pki.caCert,
             "spring.ssl.bundle.pem.xinserve.keystore.certificate=file:" + servers.pki.clientCert,
             "spring.ssl.bundle.pem.xinserve.keystore.private-key=file:" + servers.pki.clientKey,
-            "xinserve.client.address=dns:///localhost:" + servers.secureTlsPort,
+            "xinserve.client.address=dns:///localhost:" + servers.tlsPort,
             "xinserve.client.ssl.bundle=xinserve",
-            "xinserve.client.clients.by-token.address=dns:///127.0.0.1:" + servers.secure.port,
+            "xinserve.client.clients.by-token.address=dns:///127.0.0.1:" + servers.server.port,
             "xinserve.client.clients.by-token.plaintext=true",
             "xinserve.client.clients.by-token.ssl.bundle=",
             "xinserve.client.clients.by-token.token=" + LiveServers.TOKEN)
