@@ -42,9 +42,10 @@ class AuditSettings(BaseModel):
     """SQLite database file (``store = sqlite``)."""
     dsn: SecretStr | None = None
     """PostgreSQL DSN (``store = postgresql``), e.g. ``postgresql://xinserve@db/audit``. Never logged."""
-    node_id: str = Field(default_factory=socket.gethostname, min_length=1, max_length=128)
-    """This writer's chain id. Must be stable across restarts (StatefulSet pod name) and unique
-    among replicas sharing one PostgreSQL database."""
+    node_id: str = Field(default="local", min_length=1, max_length=128)
+    """This writer's chain id. Default: ``local`` for SQLite (one writer per file, so a changing
+    container host name does not start a new chain), the host name for PostgreSQL. Must be
+    stable across restarts (StatefulSet pod name) and unique among replicas sharing a database."""
     writer_lock_wait_s: float = Field(default=30.0, ge=0)
     """PostgreSQL: how long to wait at start for the chain lock a previous (dead) writer may
     still hold; after that the start fails with ``WriterConflict``."""
@@ -80,6 +81,14 @@ class AuditSettings(BaseModel):
     """Encrypt archives with SM4-GCM under the content key."""
     disk_warn_ratio: float = Field(default=0.9, gt=0, le=1)
     """Warn (log, metric, health detail) when the audit filesystem is fuller than this."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_node_id(cls, data: object) -> object:
+        if isinstance(data, dict) and data.get("node_id") is None:
+            store = data.get("store", StoreKind.SQLITE)
+            data = {**data, "node_id": socket.gethostname() if str(store) == "postgresql" else "local"}
+        return data
 
     @field_validator("retention_days")
     @classmethod
