@@ -121,11 +121,14 @@ def _guard(fn: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namesp
         except (AuditConfigError, AuditEncodingError, TrustError) as exc:
             _err(str(exc))
             return EXIT_USAGE
+        except BrokenPipeError:
+            return EXIT_OK
         except OSError as exc:
             _err(f"{exc.strerror or type(exc).__name__}: {exc.filename or ''}".rstrip(": "))
             return EXIT_USAGE
-        except BrokenPipeError:
-            return EXIT_OK
+        except Exception as exc:  # never a stack trace (it could carry a DSN or data)
+            _err(f"unexpected error ({type(exc).__name__}); nothing was changed")
+            return EXIT_ENV
 
     wrapper.__name__ = fn.__name__
     return wrapper
