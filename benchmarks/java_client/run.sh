@@ -10,7 +10,7 @@ CONC=${2:-32}
 WORK=$(mktemp -d /tmp/xinserve-java-bench.XXXXXX)
 PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 
-clients/java/mvnw -B -q -ntp -f clients/java/pom.xml install -DskipTests
+clients/java/mvnw -B -q -ntp -f clients/java/pom.xml install -Dmaven.test.skip=true
 clients/java/mvnw -B -q -ntp -f benchmarks/java_client/pom.xml package
 
 uv run --no-sync xinserve serve --listen "127.0.0.1:$PORT" --data-dir "$WORK/data" --no-metrics \
