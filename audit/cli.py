@@ -1,4 +1,4 @@
-"""``xinserve audit verify | export | tail``.
+"""``xinserve audit verify | export | tail | seal``.
 
 Exit codes: 0 ok, 1 verification failed, 2 usage or bad input, 3 environment error (store
 unreachable). Errors are one line on stderr: never a stack trace, a DSN or key material.
@@ -96,6 +96,24 @@ def add_commands(subparsers: Any) -> None:
     )
     e.add_argument("-o", "--output", type=Path, help="write here instead of stdout")
     e.set_defaults(func=_run_export)
+
+    sl = sub.add_parser(
+        "seal",
+        help="seal the chain of a writer that crashed and will not come back (needs the server key)",
+        description="Open a chain as its writer, re-verify its unsigned tail and write a recovery and a "
+        "closing checkpoint, so `verify` no longer reports it as stale. For replicas that were removed "
+        "after a crash. Fails if the chain's writer is still running.",
+    )
+    sl.add_argument(
+        "--store",
+        default=os.environ.get("XINSERVE_AUDIT_STORE", DEFAULT_STORE),
+        help="SQLite file or postgresql://... DSN (or $XINSERVE_AUDIT_DSN)",
+    )
+    sl.add_argument("--chain", required=True, help="the node id of the chain to seal")
+    sl.add_argument("--key", required=True, type=Path, help="the server's SM2 private key (PEM)")
+    sl.add_argument("--key-password-env", help="environment variable holding the key's password")
+    sl.add_argument("--archive-dir", type=Path, help="(PostgreSQL) retention archive directory")
+    sl.set_defaults(func=_run_seal)
 
     t = sub.add_parser("tail", help="show the latest records; -f to follow")
     store_arg(t)
@@ -223,6 +241,59 @@ def _run_verify(args: argparse.Namespace) -> int:
             for p in c.problems:
                 print(f"     {p.kind}: {p.message}")
     return EXIT_OK if report.ok else EXIT_FAILED
+
+
+@_guard
+def _run_seal(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from audit.config import store_from_url
+    from audit.errors import AuditUnavailable, WriterConflict
+    from audit.log import AuditIntegrityError, AuditLog, load_signer
+
+    url = args.store
+    dsn_env = os.environ.get("XINSERVE_AUDIT_DSN")
+    if dsn_env and "XINSERVE_AUDIT_STORE" not in os.environ and args.store == DEFAULT_STORE:
+        url = dsn_env
+    base = store_from_url(url)
+    if base.store == "sqlite" and not base.path.exists():
+        raise AuditStoreError("sqlite: the audit database does not exist")
+    settings = base.model_copy(
+        update={
+            "node_id": args.chain,
+            "signing_key_path": args.key,
+            "signing_key_password_env": args.key_password_env,
+            "archive_dir": args.archive_dir,
+            "writer_lock_wait_s": 2.0,
+        }
+    )
+    signer = load_signer(settings)
+
+    async def seal() -> Any:
+        log = await AuditLog.open(settings, signer, start_ticker=False)
+        recovery = log.recovery
+        await log.close()
+        return recovery
+
+    try:
+        recovery = asyncio.run(seal())
+    except WriterConflict:
+        _err(f"chain {args.chain!r} has a running writer; nothing to seal")
+        return EXIT_USAGE
+    except AuditIntegrityError as exc:
+        _err(f"{exc}")
+        return EXIT_FAILED
+    except AuditUnavailable as exc:
+        _err(str(exc))
+        return EXIT_ENV
+    if recovery is not None and recovery.unclean_shutdown:
+        print(
+            f"sealed chain {args.chain}: {recovery.unsigned_tail} unsigned records were intact; "
+            f"recovery and closing checkpoints written (record {recovery.last_seq + 1} notes the recovery)"
+        )
+    else:
+        print(f"chain {args.chain} was already closed cleanly; reopened and closed again")
+    return EXIT_OK
 
 
 def _progress(args: argparse.Namespace) -> Any:

@@ -137,3 +137,31 @@ async def test_verify_archive(sqlite_backend: Backend, key, tmp_path, capsys) ->
     assert result.archive is not None
     assert run(["audit", "verify", "--archive", str(result.archive), "--public-key", str(pem)]) == 0
     assert "OK" in capsys.readouterr().out
+
+
+async def test_seal_an_orphaned_chain(sqlite_backend: Backend, key, tmp_path, capsys) -> None:
+    import asyncio
+    import time
+
+    from audit.stores import open_store
+    from audit.verify import verify_store
+
+    log = await AuditLog.open(sqlite_backend.settings(node_id="replica-7"), key, start_ticker=False)
+    make = rpc_record_factory()
+    for i in range(3):
+        await log.append(make(i))
+    await log.abort()  # crashed, and the replica is gone for good
+    tomorrow = int(time.time() * 1000) + 86_400_000
+    with open_store(sqlite_backend.settings()) as store:
+        report = verify_store(store, [key.public_key()], now_ms=tomorrow)
+    assert {p.kind for p in report.chains[0].problems} == {"stale"}
+
+    pem = tmp_path / "server.pem"
+    pem.write_bytes(key.to_pem())
+    args = ["audit", "seal", "--store", str(sqlite_backend.path), "--chain", "replica-7", "--key", str(pem)]
+    assert await asyncio.to_thread(run, args) == 0  # the CLI runs its own event loop
+    assert "3 unsigned records were intact" in capsys.readouterr().out
+    with open_store(sqlite_backend.settings()) as store:
+        report = verify_store(store, [key.public_key()], now_ms=tomorrow)
+    assert report.ok, report.to_json()
+    assert report.chains[0].closed and report.chains[0].recoveries
