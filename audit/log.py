@@ -374,6 +374,25 @@ class AuditLog:
 
         return await asyncio.to_thread(run)
 
+    async def verify(self, keys: list[Any] | None = None, **kwargs: Any) -> Any:
+        """Verify the store (all chains) in a worker thread: ``audit.verify.verify_store``.
+
+        ``keys`` default to this server's public key; keyword arguments (``chain``, ``start``,
+        ``end``, ``now_ms``, ``anchors``) are passed on. Returns a ``VerifyReport``; the caller
+        records an ``audit_verified`` event with its outcome.
+        """
+        from audit.verify import verify_store
+
+        trusted = keys if keys is not None else [self._verifier]
+        if not trusted or trusted[0] is None:
+            raise AuditConfigError("no public key to verify with")
+
+        def run() -> Any:
+            with self._store_factory() as store:
+                return verify_store(store, trusted, **kwargs)
+
+        return await asyncio.to_thread(run)
+
     async def stream(self, flt: QueryFilter, *, chunk: int = 500) -> AsyncIterator[dict[str, Any]]:
         """Matching records as export dicts (see ``audit.query.stored_to_json``), streamed.
 

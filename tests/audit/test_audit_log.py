@@ -120,6 +120,8 @@ async def test_query_filters(backend: Backend, key, clock) -> None:
     assert [r.seq for r in rows] == [6, 7, 8]
     rows = await log.query(QueryFilter(event="model_loaded"))
     assert len(rows) == 1
+    report = await log.verify(now_ms=clock())
+    assert report.ok and report.records_checked == 31
     await log.close()
 
 
