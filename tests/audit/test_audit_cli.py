@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import Backend, FakeClock, rpc_record_factory
+from audit_helpers import Backend, FakeClock, rpc_record_factory
 
 import audit.cli
 from audit.log import AuditLog

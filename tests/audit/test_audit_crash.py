@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import Backend, rpc_record_factory
+from audit_helpers import Backend, rpc_record_factory
 
 from audit.chain import CheckpointKind
 from audit.config import FailurePolicy

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from conftest import Backend, FakeClock, rpc_record_factory
+from audit_helpers import Backend, FakeClock, rpc_record_factory
 
 from audit.chain import CheckpointKind
 from audit.errors import AuditConfigError

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import Backend, FakeClock, rpc_record_factory
+from audit_helpers import Backend, FakeClock, rpc_record_factory
 
 from audit.chain import GENESIS, Checkpoint, SignedCheckpoint, chain_hash
 from audit.log import AuditLog
