@@ -319,7 +319,7 @@ def _verify_chain(
             )
         )
         return report
-    hi = end if end is not None else bounds[1]
+    hi = min(end, bounds[1]) if end is not None else bounds[1]
 
     heads: dict[int, list[Checkpoint]] = {}
     for cp in cps:
@@ -375,14 +375,19 @@ def _verify_chain(
     if broken:
         return report
     last_present = expect - 1
-    if end is None and covered > last_present:
+    # Signed checkpoints within the requested range that reach beyond what is left.
+    limit = end if end is not None else covered
+    covered_here = max((cp.tree_size for cp in cps if cp.tree_size <= limit), default=0)
+    if covered_here > last_present:
         problems.append(
             Problem(
                 "truncated",
-                f"checkpoint covers records through {covered}, but the log ends at {last_present}",
+                f"checkpoint covers records through {covered_here}, but the log ends at {last_present}",
                 seq=last_present + 1,
             )
         )
+    elif last_present < hi:
+        problems.append(Problem("record_missing", f"record {last_present + 1} is missing", seq=last_present + 1))
     mismatch = store.column_mismatches(chain, lo, hi)
     if mismatch is not None:
         problems.append(

@@ -232,3 +232,9 @@ async def test_garbage_body_rechained_in_unsigned_tail(backend: Backend, key, cl
     report = verify(backend, key, clock)
     assert report.chains[0].first_broken == 5
     assert "record_altered" in kinds(report)
+
+
+async def test_range_end_deleted(backend: Backend, key, clock, built) -> None:
+    backend.sql("DELETE FROM audit_records WHERE seq >= 19 AND seq <= 20")
+    report = verify(backend, key, clock, start=11, end=20)
+    assert report.chains[0].first_broken == 19
