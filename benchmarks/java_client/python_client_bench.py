@@ -51,7 +51,8 @@ def main() -> None:
     rounds = int(sys.argv[3]) if len(sys.argv) > 3 else 3
     max_tokens = int(sys.argv[4]) if len(sys.argv) > 4 else 128
     with XinserveClient(target, tls=False, timeout=None) as client:
-        one_round(client, concurrency, max_tokens)  # warm-up
+        one_round(client, concurrency, max_tokens)  # warm-up, as many rounds as the Java side
+        one_round(client, concurrency, max_tokens)
         rates = []
         cpu0, wall0, total = time.process_time(), time.perf_counter(), 0
         for _ in range(rounds):

@@ -27,5 +27,8 @@ done
 echo "# server on 127.0.0.1:$PORT, log $WORK/server.log; $(nproc) cores; load $(cut -d' ' -f1-3 /proc/loadavg)"
 for i in $(seq 1 "$PAIRS"); do
   java -jar benchmarks/java_client/target/java-client-bench.jar "dns:///127.0.0.1:$PORT" "$CONC" 3 128
+  # the same with a JVM tuned for a short-lived client (C1 only, serial GC): less JIT CPU on 2 cores
+  java -XX:TieredStopAtLevel=1 -XX:+UseSerialGC -jar benchmarks/java_client/target/java-client-bench.jar \
+    "dns:///127.0.0.1:$PORT" "$CONC" 3 128 | sed 's/"client":"java"/"client":"java-c1"/'
   uv run --no-sync python benchmarks/java_client/python_client_bench.py "127.0.0.1:$PORT" "$CONC" 3 128
 done

@@ -18,8 +18,8 @@ import java.util.concurrent.atomic.AtomicLong;
  *
  * <p>Usage: {@code java -jar java-client-bench.jar TARGET [concurrency=32] [rounds=3]
  * [max_tokens=128] [model=xinserve-tiny-llama]}. Each round starts {@code concurrency} streams at
- * once (greedy, ignore_eos, max_tokens tokens each) and waits for all of them; a warm-up round is
- * not counted.
+ * once (greedy, ignore_eos, max_tokens tokens each) and waits for all of them; two warm-up rounds
+ * are not counted.
  */
 public final class StreamingBench {
   private StreamingBench() {}
@@ -40,6 +40,7 @@ public final class StreamingBench {
     try (XinserveClient client = XinserveClient.builder().target(target).plaintext()
         .retryPolicy(RetryPolicy.none()).build()) {
       round(client, request, concurrency); // warm-up: connections, JIT
+      round(client, request, concurrency);
       List<Double> rates = new ArrayList<>();
       long cpu0 = os.getProcessCpuTime();
       long wall0 = System.nanoTime();

@@ -52,6 +52,8 @@ public final class ResponseStream<T> implements Iterator<T>, Iterable<T>, AutoCl
   private final AtomicBoolean finished;
   private final Cleaner.Cleanable cleanable;
   private volatile boolean closedByCaller;
+  private final int refill;
+  private int consumedSinceRequest;
   private Object next;
   private boolean done;
 
@@ -86,6 +88,7 @@ public final class ResponseStream<T> implements Iterator<T>, Iterable<T>, AutoCl
     this.call = call;
     this.requestId = requestId;
     this.finished = new AtomicBoolean();
+    this.refill = Math.max(1, prefetch / 2);
     LinkedBlockingQueue<Object> q = this.queue;
     AtomicBoolean fin = this.finished;
     call.start(
@@ -168,7 +171,11 @@ public final class ResponseStream<T> implements Iterator<T>, Iterable<T>, AutoCl
       throw XinserveExceptions.of(f.status, f.trailers);
     }
     next = item;
-    call.request(1); // keep `prefetch` messages in flight
+    // keep up to `prefetch` messages in flight, asking for more in batches (fewer thread hops)
+    if (++consumedSinceRequest >= refill) {
+      call.request(consumedSinceRequest);
+      consumedSinceRequest = 0;
+    }
     return true;
   }
 
