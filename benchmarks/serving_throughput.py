@@ -770,6 +770,40 @@ def print_table(table: dict[str, Any]) -> None:
         print(f"| {n} | " + " | ".join("-" if c is None else f"{c:.2f}" for c in cells) + " |")
 
 
+def run_peer(
+    peer: str, rnd: int, args: argparse.Namespace, model_dir: Path, logdir: Path, clients: list[str], log
+) -> list[Run]:
+    """Start one peer, measure it, stop it."""
+    t0 = time.monotonic()
+    if peer == "inproc":
+        return run_inproc(args, rnd, logdir, log)
+    if peer == "xinserve":
+        server, target = start_xinserve(args.data_dir, logdir, args.start_timeout)
+        print(f"xinserve SERVING on {target} after {time.monotonic() - t0:.0f} s", flush=True)
+        runs: list[Run] = []
+        try:
+            tree = TreeCpu(server.proc.pid, "xinserve serve")
+            for kind in clients:
+                client = (XinserveSync if kind == "sync" else XinserveAio)(target, args)
+                try:
+                    runs += measure(client, tree, client.name, rnd, args, log)
+                finally:
+                    client.close()
+        finally:
+            server.stop()
+        return runs
+    if peer == "http":
+        server, base = start_vllm_http(model_dir, logdir, args.start_timeout)
+        print(f"vllm serve healthy on {base} after {time.monotonic() - t0:.0f} s", flush=True)
+        try:
+            tree = TreeCpu(server.proc.pid, "vllm_serve_launcher")
+            client = VllmHttp(base, args)
+            return measure(client, tree, client.name, rnd, args, log)
+        finally:
+            server.stop()
+    raise ValueError(f"unknown peer {peer!r}")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("mode", nargs="?", default="all", choices=("all", "_inproc"), help=argparse.SUPPRESS)
@@ -783,11 +817,21 @@ def main() -> int:
     ap.add_argument("--min-requests", type=int, default=8)
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--data-dir", type=Path, default=Path(tempfile.gettempdir()) / "xinserve-bench-data")
-    ap.add_argument("--start-timeout", type=float, default=300)
+    ap.add_argument("--start-timeout", type=float, default=600, help="seconds a server may take to start")
     ap.add_argument("--json-out", type=Path)
     ap.add_argument("--round", type=int, default=0, help=argparse.SUPPRESS)
+    ap.add_argument("--summarize", type=Path, nargs="+", metavar="JSON", help="only print the table of earlier runs")
     args = ap.parse_args()
     args.concurrency = sorted(set(args.concurrency))
+
+    if args.summarize:
+        runs = []
+        for path in args.summarize:
+            for d in json.loads(path.read_text())["runs"]:
+                d["loadavg_before"], d["loadavg_after"] = tuple(d["loadavg_before"]), tuple(d["loadavg_after"])
+                runs.append(Run(**d))
+        print_table(summarize(runs, sorted({r.concurrency for r in runs})))
+        return 0
 
     if args.mode == "_inproc":
         return inproc_child(args)
@@ -799,6 +843,7 @@ def main() -> int:
     peers = [p.strip() for p in args.peers.split(",") if p.strip()]
     clients = [c.strip() for c in args.clients.split(",") if c.strip()]
     runs: list[Run] = []
+    failures: list[str] = []
     started = time.time()
 
     def log(run: Run) -> None:
@@ -814,37 +859,17 @@ def main() -> int:
     for rnd in range(args.rounds):
         order = peers if rnd % 2 == 0 else list(reversed(peers))
         for peer in order:
-            t0 = time.monotonic()
-            if peer == "inproc":
-                runs += run_inproc(args, rnd, logdir, log)
-            elif peer == "xinserve":
-                server, target = start_xinserve(args.data_dir, logdir, args.start_timeout)
-                print(f"xinserve SERVING on {target} after {time.monotonic() - t0:.0f} s", flush=True)
-                try:
-                    tree = TreeCpu(server.proc.pid, "xinserve serve")
-                    for kind in clients:
-                        client = (XinserveSync if kind == "sync" else XinserveAio)(target, args)
-                        try:
-                            runs += measure(client, tree, client.name, rnd, args, log)
-                        finally:
-                            client.close()
-                finally:
-                    server.stop()
-            elif peer == "http":
-                server, base = start_vllm_http(model_dir, logdir, args.start_timeout)
-                print(f"vllm serve healthy on {base} after {time.monotonic() - t0:.0f} s", flush=True)
-                try:
-                    tree = TreeCpu(server.proc.pid, "vllm_serve_launcher")
-                    client = VllmHttp(base, args)
-                    runs += measure(client, tree, client.name, rnd, args, log)
-                finally:
-                    server.stop()
-            else:
-                raise SystemExit(f"unknown peer {peer!r}")
+            try:
+                runs += run_peer(peer, rnd, args, model_dir, logdir, clients, log)
+            except Exception as exc:  # record it, go on with the other peers
+                failures.append(f"round {rnd} {peer}: {type(exc).__name__}: {str(exc)[-500:]}")
+                print(f"PEER FAILED: {failures[-1]}", flush=True)
 
     table = summarize(runs, args.concurrency)
     print(f"\nfinished in {time.time() - started:.0f} s; {os.cpu_count()} CPUs; load now {os.getloadavg()}")
     print_table(table)
+    for f in failures:
+        print(f"FAILED: {f}")
     if args.json_out:
         args.json_out.write_text(
             json.dumps(
@@ -858,13 +883,14 @@ def main() -> int:
                     "engine_args": ENGINE_ARGS,
                     "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
                     "summary": table,
+                    "failures": failures,
                     "runs": [asdict(r) for r in runs],
                 },
                 indent=1,
             )
         )
         print(f"wrote {args.json_out}")
-    return 0
+    return 1 if failures else 0
 
 
 if __name__ == "__main__":
