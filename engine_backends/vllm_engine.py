@@ -259,10 +259,12 @@ class VllmEngine:
             raise InvalidRequestError("model", f"model {self._name!r} is an embedding model")
         lora = self._lora(request.sampling.lora_name)
         ids = await self._prompt_ids(request)
+        so = request.sampling.structured_output
+        rejected_field = f"sampling_params.{so.kind}" if so is not None else "sampling_params"
         try:
             params = vc.make_sampling_params(request.sampling, self._defaults, request.stream)
         except ValueError as exc:
-            raise InvalidRequestError("sampling_params", _safe_message(exc)) from exc
+            raise InvalidRequestError(rejected_field, _REJECTED) from exc
         engine_input = await vc.render_token_prompt(llm, ids)
         rid = request.request_id
         self._active[rid] += 1
@@ -297,8 +299,8 @@ class VllmEngine:
                     finished=bool(out.finished),
                     prompt_logprobs=prompt_lp,
                 )
-        except vc.VLLMClientError as exc:
-            raise InvalidRequestError("sampling_params", _safe_message(exc)) from exc
+        except (vc.VLLMClientError, ValueError) as exc:
+            raise InvalidRequestError(rejected_field, _REJECTED) from exc
         except vc.EngineDeadError as exc:
             raise EngineUnavailableError(f"model {self._name!r}: engine died") from exc
         except vc.EngineGenerateError as exc:
@@ -347,7 +349,7 @@ class VllmEngine:
         try:
             vectors = await asyncio.gather(*(one(i, ids) for i, ids in enumerate(encoded)))
         except vc.VLLMClientError as exc:
-            raise InvalidRequestError("inputs", _safe_message(exc)) from exc
+            raise InvalidRequestError("inputs", "the engine rejected the inputs") from exc
         except vc.EngineDeadError as exc:
             raise EngineUnavailableError(f"model {self._name!r}: engine died") from exc
         except vc.EngineGenerateError as exc:
@@ -359,7 +361,5 @@ class VllmEngine:
         return EmbedResult(vectors=list(vectors), prompt_tokens=sum(len(e) for e in encoded))
 
 
-def _safe_message(exc: BaseException) -> str:
-    """vLLM's validation messages name the parameter; keep them short and single-line."""
-    text = " ".join(str(exc).split())
-    return text[:300] if text else type(exc).__name__
+# Engine exception text is never passed on (it may quote library internals or the input).
+_REJECTED = "the engine rejected this value (for structured outputs: the constraint does not compile)"

@@ -287,7 +287,11 @@ class Server:
         grace = self.settings.drain_grace_seconds
         log.info("draining", grace_seconds=grace, in_flight=self.runtime.admission.in_flight)
         await self.runtime.start_drain()
-        await self.frontend.stop(grace)
+        # Keep listening while in-flight calls finish, so that probes see NOT_SERVING and new
+        # calls get UNAVAILABLE with details (not "connection refused"); then stop, cancelling
+        # whatever is still running (which aborts its engine requests).
+        await self.runtime.wait_idle(grace)
+        await self.frontend.stop(0)
         await self.runtime.shutdown_engines()
         audit = self.runtime.audit
         if audit is not None:

@@ -156,15 +156,15 @@ EXIT_ENVIRONMENT = 3
 
 
 def _serve(args: argparse.Namespace) -> int:
-    logs.quiet_engine_logs()
-    # Imports the engine (seconds): only when serving.
-    from service.app import StartupRefused, data_dir_ok, serve
-
     try:
         settings = load_settings(args.config, overrides_from_args(args))
     except ConfigError as exc:
         print(f"xinserve serve: {exc}", file=sys.stderr)
         return EXIT_CONFIG
+    logs.quiet_engine_logs()
+    # Imports the engine (seconds, more on a busy host): only once the configuration is valid.
+    from service.app import StartupRefused, data_dir_ok, serve
+
     logs.configure(settings.log_format, settings.log_level)
     if not data_dir_ok(settings.data_dir):
         print(f"xinserve serve: data_dir: cannot write to {settings.data_dir}", file=sys.stderr)

@@ -160,6 +160,9 @@ class LimitsSettings(_Model):
     max_stop_sequence_bytes: int = Field(default=256, ge=1)
     max_embed_inputs: int = Field(default=1024, ge=1)
     max_chat_messages: int = Field(default=1024, ge=1)
+    max_prompt_bytes: int = Field(default=2 * 1024 * 1024, ge=1024)
+    """Largest prompt text (or chat messages, or embedding inputs together, or text to
+    tokenize), checked before tokenizing: a far larger text cannot fit any context anyway."""
 
 
 class Settings(BaseSettings):

@@ -23,6 +23,7 @@ from service.validation import (
     Violations,
     check_chat_messages,
     check_model_name,
+    check_text_size,
     resolve_request_id,
     sampling_options,
 )
@@ -62,7 +63,10 @@ class InferenceServicer(inference_pb2_grpc.InferenceServiceServicer):
         prompt_ids = None
         if chat:
             messages = check_chat_messages(request.messages, self._limits, v)
+            size = sum(len(m.content.encode("utf-8")) for m in request.messages)
+            check_text_size(v, "messages", size, self._limits)
         else:
+            check_text_size(v, "prompt", len(request.prompt.encode("utf-8")), self._limits)
             if request.prompt and request.prompt_token_ids:
                 v.add("prompt", "set exactly one of prompt and prompt_token_ids, not both")
             elif not request.prompt and not request.prompt_token_ids:
@@ -107,8 +111,8 @@ class InferenceServicer(inference_pb2_grpc.InferenceServiceServicer):
         return engine, gen
 
     async def _run(self, engine: Engine, gen: GenerateInput) -> AsyncIterator[GenerationUpdate]:
-        self.active[gen.request_id] = engine
         info = call()
+        self.active[gen.request_id] = (engine, info.principal.name)
         model = engine.info.name
         started = time.monotonic()
         last_token_at: float | None = None
@@ -229,6 +233,7 @@ class InferenceServicer(inference_pb2_grpc.InferenceServiceServicer):
             for i, text in enumerate(request.inputs):
                 if not text:
                     v.add(f"inputs[{i}]", "must not be empty")
+            check_text_size(v, "inputs", sum(len(t.encode("utf-8")) for t in request.inputs), self._limits)
         v.raise_if_any()
         engine = self._rt.engine_for(request.model, "embed")
         info.manifest_digest = self._rt.models[request.model].manifest_digest or None
@@ -246,6 +251,7 @@ class InferenceServicer(inference_pb2_grpc.InferenceServiceServicer):
     async def Tokenize(self, request, context):
         v = Violations()
         check_model_name(request.model, v)
+        check_text_size(v, "text", len(request.text.encode("utf-8")), self._limits)
         v.raise_if_any()
         call().model = request.model
         engine = self._rt.engine_for(request.model)
@@ -267,8 +273,15 @@ class InferenceServicer(inference_pb2_grpc.InferenceServiceServicer):
         v = Violations()
         if not request.request_id:
             v.add("request_id", "is required")
+        elif len(request.request_id) > 128:
+            v.add("request_id", "is longer than 128 characters")
         v.raise_if_any()
-        call().request_id = request.request_id
-        engine = self.active.get(request.request_id)
-        aborted = bool(engine is not None and await engine.abort(request.request_id))
+        info = call()
+        info.request_id = request.request_id
+        running = self.active.get(request.request_id)
+        # Only the caller that started a request (or an admin) may abort it; to anyone else
+        # it looks like an unknown id, so ids of other principals' requests do not leak.
+        if running is None or (running[1] != info.principal.name and "admin" not in info.principal.roles):
+            return inference_pb2.AbortResponse(aborted=False)
+        aborted = await running[0].abort(request.request_id)
         return inference_pb2.AbortResponse(aborted=aborted)

@@ -27,7 +27,7 @@ from service.auth import AuthenticationFailed, Authenticator
 from service.call_context import CallInfo, current_call
 from service.logs import get_logger
 from service.runtime import Runtime
-from service.status import RpcError, from_engine_error
+from service.status import FieldViolation, RpcError, from_engine_error, invalid_argument
 
 log = get_logger("xinserve.call")
 
@@ -52,6 +52,28 @@ _ADMITTED = frozenset(
         "/xinserve.v1.InferenceService/Embed",
     }
 )
+
+
+class _Malformed:
+    """Stands in for a request message that did not parse (wire format or UTF-8 errors)."""
+
+
+MALFORMED = _Malformed()
+
+
+def _tolerant(deserializer: Callable[[bytes], Any] | None) -> Callable[[bytes], Any] | None:
+    """Wrap a request deserializer so that a malformed message reaches the pipeline (which
+    answers INVALID_ARGUMENT and audits the call) instead of grpc's UNKNOWN with exception text."""
+    if deserializer is None:
+        return None
+
+    def parse(data: bytes) -> Any:
+        try:
+            return deserializer(data)
+        except Exception:  # protobuf DecodeError and friends: the client's bytes are at fault
+            return MALFORMED
+
+    return parse
 
 
 def _metadata(context: grpc.aio.ServicerContext) -> dict[str, str]:
@@ -89,16 +111,17 @@ class CallPipeline(grpc.aio.ServerInterceptor):
         method = handler_call_details.method
         if handler is None or not method.startswith(_OWN_PREFIX):
             return handler
+        deserializer = _tolerant(handler.request_deserializer)
         if handler.unary_unary is not None:
             return grpc.unary_unary_rpc_method_handler(
                 self._wrap_unary(method, handler.unary_unary),
-                request_deserializer=handler.request_deserializer,
+                request_deserializer=deserializer,
                 response_serializer=handler.response_serializer,
             )
         if handler.unary_stream is not None:
             return grpc.unary_stream_rpc_method_handler(
                 self._wrap_stream(method, handler.unary_stream),
-                request_deserializer=handler.request_deserializer,
+                request_deserializer=deserializer,
                 response_serializer=handler.response_serializer,
             )
         return handler
@@ -147,6 +170,13 @@ class CallPipeline(grpc.aio.ServerInterceptor):
         metrics.IN_FLIGHT.set(self._runtime.admission.in_flight)
         metrics.QUEUE_LENGTH.set(self._runtime.admission.queued)
         return info
+
+    @staticmethod
+    def _check_parsed(request: Any) -> None:
+        if request is MALFORMED:
+            raise invalid_argument(
+                [FieldViolation("request", "the request message is malformed (bad wire format or UTF-8)")]
+            )
 
     async def _complete(self, info: CallInfo, code: grpc.StatusCode, message: str | None = None) -> None:
         """Metrics, the call's log line, and its audit record (durable before the call completes).
@@ -233,6 +263,7 @@ class CallPipeline(grpc.aio.ServerInterceptor):
             async with AsyncExitStack() as stack:
                 try:
                     info = await self._enter(method, context, stack)
+                    self._check_parsed(request)
                     response = await behavior(request, context)
                     await stack.aclose()  # release admission before the audit write
                     err = await self._succeeded(info)
@@ -254,6 +285,7 @@ class CallPipeline(grpc.aio.ServerInterceptor):
             async with AsyncExitStack() as stack:
                 try:
                     info = await self._enter(method, context, stack)
+                    self._check_parsed(request)
                     async for item in behavior(request, context):
                         yield item
                     await stack.aclose()

@@ -77,7 +77,8 @@ class Runtime:
             settings.admission.retry_after_ms / 1000,
         )
         self.draining = False
-        self.active_requests: dict[str, Engine] = {}
+        # request id -> (engine running it, principal that started it)
+        self.active_requests: dict[str, tuple[Engine, str]] = {}
         self._health: list[health_aio.HealthServicer] = []
         self._status: dict[str, int] = {
             OVERALL: health_pb2.HealthCheckResponse.NOT_SERVING,
@@ -180,6 +181,15 @@ class Runtime:
         await self.set_serving(False)
         for name in self.models:
             await self._set(model_health_name(name), health_pb2.HealthCheckResponse.NOT_SERVING)
+
+    async def wait_idle(self, grace_seconds: float) -> bool:
+        """Wait until no inference call is in flight, at most ``grace_seconds``; True if idle."""
+        deadline = asyncio.get_running_loop().time() + grace_seconds
+        while self.admission.in_flight:
+            if asyncio.get_running_loop().time() >= deadline:
+                return False
+            await asyncio.sleep(0.05)
+        return True
 
     async def shutdown_engines(self) -> None:
         """Stop every engine, in parallel (each takes seconds to stop its processes)."""

@@ -32,7 +32,7 @@ class Violations:
 
     def raise_if_any(self) -> None:
         if self.items:
-            raise invalid_argument(self.items, reason="INVALID_REQUEST")
+            raise invalid_argument(self.items)
 
 
 def resolve_request_id(given: str, metadata_id: str | None, v: Violations) -> str:
@@ -206,3 +206,9 @@ def check_chat_messages(messages, limits: LimitsSettings, v: Violations) -> list
             entry["name"] = m.name
         out.append(entry)
     return out
+
+
+def check_text_size(v: Violations, field: str, size: int, limits: LimitsSettings) -> None:
+    """Refuse text larger than ``limits.max_prompt_bytes`` (UTF-8 bytes) before tokenizing it."""
+    if size > limits.max_prompt_bytes:
+        v.add(field, f"is {size} bytes; at most {limits.max_prompt_bytes} bytes are accepted")

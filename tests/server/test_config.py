@@ -87,3 +87,15 @@ def test_token_new_prints_a_usable_line(capsys, tmp_path):
     path.write_text(line + "\n")
     principal = Authenticator(load_token_file(path), required=True).authenticate(f"Bearer {token}", {})
     assert principal.name == "svc-b" and principal.roles == {"user", "admin"}
+
+
+def test_bad_config_is_reported_before_the_engine_is_imported(tmp_path):
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; from service.cli import main; "
+        "rc = main(['serve', '--max-in-flight', '0']); print(rc, 'vllm' in sys.modules)"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
+    assert result.stdout.split() == ["2", "False"], result.stderr[-1000:]

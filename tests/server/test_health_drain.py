@@ -7,12 +7,13 @@ import asyncio
 
 import grpc
 import pytest
+from google.rpc import error_details_pb2
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
 from tests.conftest import TINY
 from tests.server.frontends import extra_frontend
-from tests.server.stubs import stubs
+from tests.server.stubs import detail_of, stubs
 from xinserve.v1 import common_pb2, inference_pb2, model_pb2, sampling_pb2
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
@@ -68,10 +69,18 @@ async def test_watch_sees_starting_serving_draining_and_drain_lets_streams_finis
 
         await runtime.start_drain()
         assert (await watch.read()).status == NOT_SERVING
-        with pytest.raises(grpc.aio.AioRpcError) as err:
-            await api.inference.Generate(inference_pb2.GenerateRequest(model=TINY, prompt="late"))
-        assert err.value.code() == grpc.StatusCode.UNAVAILABLE
-        stopping = asyncio.create_task(frontend.stop(runtime.settings.drain_grace_seconds))
+        idle = asyncio.create_task(runtime.wait_idle(runtime.settings.drain_grace_seconds))
+        # While draining, the listener stays open: a NEW connection sees NOT_SERVING and gets
+        # UNAVAILABLE with details, not "connection refused".
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as fresh:
+            probe = await health_pb2_grpc.HealthStub(fresh).Check(health_pb2.HealthCheckRequest(service=""))
+            assert probe.status == NOT_SERVING
+            with pytest.raises(grpc.aio.AioRpcError) as err:
+                await stubs(fresh).inference.Generate(inference_pb2.GenerateRequest(model=TINY, prompt="late"))
+            assert err.value.code() == grpc.StatusCode.UNAVAILABLE
+            info = detail_of(err.value, error_details_pb2.ErrorInfo)
+            assert info is not None and info.reason == "DRAINING"
+        assert not idle.done(), "the stream in flight keeps the server from going idle"
 
         tokens = len(first_delta.token_ids)
         last = None
@@ -80,7 +89,8 @@ async def test_watch_sees_starting_serving_draining_and_drain_lets_streams_finis
             last = msg
         assert last is not None and last.finish_reason == common_pb2.FINISH_REASON_LENGTH
         assert tokens == 300
-        await stopping
+        assert await idle is True
+        await frontend.stop(0)
         await channel.close()
 
 

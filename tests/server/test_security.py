@@ -151,3 +151,27 @@ async def test_unauthenticated_generate_is_refused_before_the_engine(live_server
             )
         assert err.value.code() == grpc.StatusCode.UNAUTHENTICATED
         await channel.close()
+
+
+async def test_only_the_owner_may_abort(live_server, token_file):
+    overrides = {"listen": {"plaintext": ["127.0.0.1:0"]}, "auth": {"token_file": str(token_file)}}
+    async with extra_frontend(live_server, overrides) as (_, runtime, port):
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            api = stubs(channel)
+            owner = (("authorization", f"Bearer {GOOD}"),)
+            call = api.inference.GenerateStream(
+                inference_pb2.GenerateRequest(
+                    model=TINY,
+                    prompt="mine",
+                    request_id="owned-1",
+                    sampling_params=sampling_pb2.SamplingParams(max_tokens=1500, ignore_eos=True),
+                ),
+                metadata=owner,
+            )
+            await call.read()
+            stranger = await api.inference.Abort(inference_pb2.AbortRequest(request_id="owned-1"))
+            assert stranger.aborted is False
+            assert "owned-1" in runtime.active_requests
+            mine = await api.inference.Abort(inference_pb2.AbortRequest(request_id="owned-1"), metadata=owner)
+            assert mine.aborted is True
+            call.cancel()

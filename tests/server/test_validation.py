@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 
 import grpc
 import pytest
@@ -177,3 +178,39 @@ async def test_full_queue_is_resource_exhausted_with_retry_info(live_server):
         queued.cancel()
         await asyncio.gather(queued, return_exceptions=True)
         await api.close()
+
+
+async def test_malformed_message_is_invalid_argument_and_audited(live_server):
+    from audit import QueryFilter
+
+    since = int(time.time() * 1000) - 1000
+    async with grpc.aio.insecure_channel(live_server.target) as channel:
+        # field 1 (model) with bytes that are not UTF-8, then a corrupt wire format
+        for raw in (b"\x0a\x03\xff\xfe\xfd", b"\xff\xff\xff\xff\xff"):
+            call = channel.unary_unary("/xinserve.v1.InferenceService/Tokenize")
+            with pytest.raises(grpc.aio.AioRpcError) as err:
+                await call(raw)
+            assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+            assert "request" in field_violations(err.value)
+            assert "DecodeError" not in err.value.details() and "Traceback" not in err.value.details()
+    rows = await live_server.runtime.audit.log.query(
+        QueryFilter(since_ms=since, method="/xinserve.v1.InferenceService/Tokenize", outcome="INVALID_ARGUMENT")
+    )
+    assert len(rows) >= 2
+
+
+async def test_huge_prompt_refused_before_tokenizing(api):
+    started = time.monotonic()
+    violations = await invalid(api, inference_pb2.GenerateRequest(model=TINY, prompt="ab " * (1 << 20)))
+    assert "prompt" in violations and "bytes" in violations["prompt"]
+    assert time.monotonic() - started < 5
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await api.inference.Tokenize(inference_pb2.TokenizeRequest(model=TINY, text="a" * (3 << 20)))
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+
+async def test_engine_rejection_carries_no_library_text(api):
+    violations = await invalid(api, gen(regex="([a-", max_tokens=4))
+    assert "sampling_params.regex" in violations
+    text = violations["sampling_params.regex"].lower()
+    assert "parse error" not in text and "grammar error" not in text
