@@ -19,7 +19,7 @@ import java.util.concurrent.TimeUnit;
  */
 final class XinserveServer implements AutoCloseable {
   static final Duration STARTUP_TIMEOUT = Duration.ofSeconds(
-      Long.getLong("xinserve.it.startup-timeout-seconds", 420));
+      Long.getLong("xinserve.it.startup-timeout-seconds", 600));
 
   final String name;
   final int port;
