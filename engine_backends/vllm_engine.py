@@ -9,7 +9,8 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import Counter
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -267,48 +268,40 @@ class VllmEngine:
             raise InvalidRequestError(rejected_field, _REJECTED) from exc
         engine_input = await vc.render_token_prompt(llm, ids)
         rid = request.request_id
-        self._active[rid] += 1
         stream = llm.generate(
             engine_input, params, rid, lora_request=lora, trace_headers=dict(request.trace_headers or {})
         )
         prompt_logprobs_sent = False
+        rejected = InvalidRequestError(rejected_field, _REJECTED)
         try:
-            async for out in stream:
-                chunks = [
-                    CompletionChunk(
-                        index=int(c.index),
-                        text=c.text,
-                        token_ids=list(c.token_ids),
-                        finish_reason=vc.finish_reason(c.finish_reason, c.stop_reason),
-                        stop_string=c.stop_reason if isinstance(c.stop_reason, str) else None,
-                        stop_token_id=c.stop_reason if isinstance(c.stop_reason, int) else None,
-                        logprobs=_logprobs(c.logprobs),
-                        cumulative_logprob=c.cumulative_logprob if c.logprobs is not None else None,
+            with self._running(rid, rejected, (vc.VLLMClientError, ValueError)):
+                async for out in stream:
+                    chunks = [
+                        CompletionChunk(
+                            index=int(c.index),
+                            text=c.text,
+                            token_ids=list(c.token_ids),
+                            finish_reason=vc.finish_reason(c.finish_reason, c.stop_reason),
+                            stop_string=c.stop_reason if isinstance(c.stop_reason, str) else None,
+                            stop_token_id=c.stop_reason if isinstance(c.stop_reason, int) else None,
+                            logprobs=_logprobs(c.logprobs),
+                            cumulative_logprob=c.cumulative_logprob if c.logprobs is not None else None,
+                        )
+                        for c in out.outputs
+                    ]
+                    prompt_lp = None
+                    if not prompt_logprobs_sent and out.prompt_logprobs is not None:
+                        prompt_lp = _logprobs(out.prompt_logprobs)
+                        prompt_logprobs_sent = True
+                    yield GenerationUpdate(
+                        request_id=rid,
+                        completions=chunks,
+                        prompt_tokens=len(out.prompt_token_ids or ids),
+                        cached_tokens=int(out.num_cached_tokens or 0),
+                        finished=bool(out.finished),
+                        prompt_logprobs=prompt_lp,
                     )
-                    for c in out.outputs
-                ]
-                prompt_lp = None
-                if not prompt_logprobs_sent and out.prompt_logprobs is not None:
-                    prompt_lp = _logprobs(out.prompt_logprobs)
-                    prompt_logprobs_sent = True
-                yield GenerationUpdate(
-                    request_id=rid,
-                    completions=chunks,
-                    prompt_tokens=len(out.prompt_token_ids or ids),
-                    cached_tokens=int(out.num_cached_tokens or 0),
-                    finished=bool(out.finished),
-                    prompt_logprobs=prompt_lp,
-                )
-        except (vc.VLLMClientError, ValueError) as exc:
-            raise InvalidRequestError(rejected_field, _REJECTED) from exc
-        except vc.EngineDeadError as exc:
-            raise EngineUnavailableError(f"model {self._name!r}: engine died") from exc
-        except vc.EngineGenerateError as exc:
-            raise EngineFailureError("the engine failed this request") from exc
         finally:
-            self._active[rid] -= 1
-            if self._active[rid] <= 0:
-                del self._active[rid]
             await stream.aclose()
 
     async def abort(self, request_id: str) -> bool:
@@ -318,8 +311,25 @@ class VllmEngine:
         await llm.abort(request_id)
         return True
 
-    def is_active(self, request_id: str) -> bool:
-        return request_id in self._active
+    @contextmanager
+    def _running(
+        self, request_id: str, rejected: InvalidRequestError, client_errors: tuple[type[BaseException], ...]
+    ) -> Iterator[None]:
+        """Count ``request_id`` as active (for load and Abort) and map vLLM's errors to ours;
+        ``client_errors`` become ``rejected`` (never with vLLM's own text)."""
+        self._active[request_id] += 1
+        try:
+            yield
+        except client_errors as exc:
+            raise rejected from exc
+        except vc.EngineDeadError as exc:
+            raise EngineUnavailableError(f"model {self._name!r}: engine died") from exc
+        except vc.EngineGenerateError as exc:
+            raise EngineFailureError("the engine failed this request") from exc
+        finally:
+            self._active[request_id] -= 1
+            if self._active[request_id] <= 0:
+                del self._active[request_id]
 
     # -- embeddings --------------------------------------------------------------------
 
@@ -345,19 +355,9 @@ class VllmEngine:
                 raise EngineFailureError("the engine returned no embedding")
             return [float(x) for x in result.outputs.data.tolist()]
 
-        self._active[request_id] += 1
-        try:
+        rejected = InvalidRequestError("inputs", "the engine rejected the inputs")
+        with self._running(request_id, rejected, (vc.VLLMClientError,)):
             vectors = await asyncio.gather(*(one(i, ids) for i, ids in enumerate(encoded)))
-        except vc.VLLMClientError as exc:
-            raise InvalidRequestError("inputs", "the engine rejected the inputs") from exc
-        except vc.EngineDeadError as exc:
-            raise EngineUnavailableError(f"model {self._name!r}: engine died") from exc
-        except vc.EngineGenerateError as exc:
-            raise EngineFailureError("the engine failed this request") from exc
-        finally:
-            self._active[request_id] -= 1
-            if self._active[request_id] <= 0:
-                del self._active[request_id]
         return EmbedResult(vectors=list(vectors), prompt_tokens=sum(len(e) for e in encoded))
 
 

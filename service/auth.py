@@ -20,7 +20,6 @@ from pathlib import Path
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes
-from cryptography.x509.oid import NameOID
 
 from service.call_context import ANONYMOUS, Principal
 
@@ -111,10 +110,11 @@ class Authenticator:
                     match = entry
             if match is None:
                 raise AuthenticationFailed("invalid bearer token")
-            return Principal(match.principal, "token", match.roles, _fingerprint(auth_context))
-        pems = auth_context.get("x509_pem_cert")
-        if pems:
-            cert = x509.load_pem_x509_certificate(pems[0])
+            cert = _client_certificate(auth_context)
+            fingerprint = cert.fingerprint(hashes.SHA256()).hex() if cert is not None else None
+            return Principal(match.principal, "token", match.roles, fingerprint)
+        cert = _client_certificate(auth_context)
+        if cert is not None:
             return Principal(
                 cert.subject.rfc4514_string(), "mtls", frozenset({"user"}), cert.fingerprint(hashes.SHA256()).hex()
             )
@@ -123,18 +123,7 @@ class Authenticator:
         return ANONYMOUS
 
 
-def _fingerprint(auth_context: dict[str, list[bytes]]) -> str | None:
+def _client_certificate(auth_context: dict[str, list[bytes]]) -> x509.Certificate | None:
+    """The verified client certificate of an mTLS connection, if any."""
     pems = auth_context.get("x509_pem_cert")
-    if not pems:
-        return None
-    return x509.load_pem_x509_certificate(pems[0]).fingerprint(hashes.SHA256()).hex()
-
-
-def common_name(principal: Principal) -> str:
-    """The CN of an mTLS principal's subject, else its name (for short log fields)."""
-    try:
-        name = x509.Name.from_rfc4514_string(principal.name)
-        cns = name.get_attributes_for_oid(NameOID.COMMON_NAME)
-        return str(cns[0].value) if cns else principal.name
-    except ValueError:
-        return principal.name
+    return x509.load_pem_x509_certificate(pems[0]) if pems else None

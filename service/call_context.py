@@ -40,7 +40,6 @@ class CallInfo:
     model: str | None = None
     prompt_tokens: int = 0
     completion_tokens: int = 0
-    code: str = "OK"
     manifest_digest: str | None = None
     prompt: str | bytes | None = None
     """What was asked, for the audit digest (SM3; never logged)."""

@@ -73,24 +73,18 @@ class InferenceServicer(inference_pb2_grpc.InferenceServiceServicer):
                 v.add("prompt", "one of prompt and prompt_token_ids is required")
             prompt = request.prompt or None
             prompt_ids = list(request.prompt_token_ids) or None
-        # The model must be known to check sampling bounds against it; report every
-        # field violation found so far first, then the model's status.
-        if v.items:
-            engine = None
-            try:
-                engine = self._rt.engine_for(request.model, "generate") if request.model else None
-            except RpcError:
-                pass
-            if engine is not None:
-                sp = request.sampling_params if request.HasField("sampling_params") else _EMPTY_SAMPLING
-                sampling_options(sp, engine.info, self._limits, v)
+        # Sampling bounds are checked against the model; every field violation is reported
+        # before the model's own status (unknown, loading, wrong kind).
+        try:
+            engine = self._rt.engine_for(request.model, "generate")
+        except RpcError:
             v.raise_if_any()
-        engine = self._rt.engine_for(request.model, "generate")
-        info.manifest_digest = self._rt.models[request.model].manifest_digest or None
-        info.prompt = _audited_prompt(prompt, prompt_ids, messages)
+            raise
         sp = request.sampling_params if request.HasField("sampling_params") else _EMPTY_SAMPLING
         options = sampling_options(sp, engine.info, self._limits, v)
         v.raise_if_any()
+        info.manifest_digest = self._rt.models[request.model].manifest_digest or None
+        info.prompt = _audited_prompt(prompt, prompt_ids, messages)
         if rid in self.active:
             raise RpcError(
                 grpc.StatusCode.ALREADY_EXISTS, f"request id {rid!r} is already running", "DUPLICATE_REQUEST_ID"

@@ -28,12 +28,12 @@ from service.call_context import CallInfo, current_call
 from service.logs import get_logger
 from service.runtime import Runtime
 from service.status import FieldViolation, RpcError, from_engine_error, invalid_argument
+from service.validation import REQUEST_ID
 
 log = get_logger("xinserve.call")
 
 _OWN_PREFIX = "/xinserve.v1."
 _TRACEPARENT = re.compile(r"^[0-9a-f]{2}-([0-9a-f]{32})-[0-9a-f]{16}-[0-9a-f]{2}$")
-_REQUEST_ID = re.compile(r"^[\x21-\x7e]{1,128}$")
 # Roles allowed per service; "*" = any authenticated (or anonymous, if auth is optional) caller.
 _ROLES: dict[str, frozenset[str]] = {
     "xinserve.v1.InferenceService": frozenset({"user", "admin"}),
@@ -134,7 +134,7 @@ class CallPipeline(grpc.aio.ServerInterceptor):
         info = CallInfo(
             method=method,
             peer=context.peer() or "",
-            request_id=rid if rid and _REQUEST_ID.match(rid) else None,
+            request_id=rid if rid and REQUEST_ID.match(rid) else None,
             trace_id=trace_id_from(md.get("traceparent")),
         )
         current_call.set(info)
@@ -189,7 +189,6 @@ class CallPipeline(grpc.aio.ServerInterceptor):
             await self._runtime.audit.record_call(info, code)
 
     def _observe(self, info: CallInfo, code: grpc.StatusCode, message: str | None) -> None:
-        info.code = code.name
         elapsed = time.monotonic() - info.started
         short = info.method.rsplit("/", 1)[-1]
         metrics.REQUESTS.labels(short, code.name).inc()

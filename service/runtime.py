@@ -84,7 +84,6 @@ class Runtime:
             OVERALL: health_pb2.HealthCheckResponse.NOT_SERVING,
             INFERENCE_SERVICE: health_pb2.HealthCheckResponse.NOT_SERVING,
         }
-        self.stopped = asyncio.Event()
         self.audit: AuditTrail | None = None
 
     # -- health ------------------------------------------------------------------------

@@ -16,7 +16,8 @@ from service.config import LimitsSettings
 from service.status import FieldViolation, invalid_argument
 from xinserve.v1 import sampling_pb2
 
-_REQUEST_ID = re.compile(r"^[\x21-\x7e]{1,128}$")
+REQUEST_ID = re.compile(r"^[\x21-\x7e]{1,128}$")
+"""A request id: 1..128 printable ASCII characters, no spaces."""
 _CHAT_ROLES = frozenset({"system", "user", "assistant", "tool"})
 _INT64_MAX = 2**63 - 1
 
@@ -39,7 +40,7 @@ def resolve_request_id(given: str, metadata_id: str | None, v: Violations) -> st
     """The request's id: the field, else ``x-request-id`` metadata, else a new UUID4 hex."""
     for candidate, field in ((given, "request_id"), (metadata_id, "x-request-id")):
         if candidate:
-            if not _REQUEST_ID.match(candidate):
+            if not REQUEST_ID.match(candidate):
                 v.add(field, "must be 1..128 printable ASCII characters without spaces")
                 return uuid.uuid4().hex
             return candidate
