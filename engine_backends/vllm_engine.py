@@ -155,6 +155,7 @@ class VllmEngine:
         llm, self._llm = self._llm, None
         if llm is not None:
             await asyncio.to_thread(llm.shutdown)
+            vc.release_engine_metrics(self._name)
 
     async def check_health(self) -> None:
         llm = self._require()

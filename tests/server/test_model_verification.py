@@ -22,7 +22,7 @@ from trust.sm2 import Sm2PrivateKey
 from trust.trust_store import TrustStore, add_trusted_key
 from xinserve.v1 import model_pb2
 
-pytestmark = pytest.mark.asyncio(loop_scope="session")
+ASYNC = pytest.mark.asyncio(loop_scope="session")
 DIGEST = "sha256:" + "ab" * 32
 
 
@@ -42,6 +42,7 @@ def model_copy(live_server, tmp_path):
     return dst
 
 
+@ASYNC
 async def test_builtin_models_are_verified_by_default(api):
     reply = await api.models.ListModels(model_pb2.ListModelsRequest())
     for model in reply.models:
@@ -51,6 +52,7 @@ async def test_builtin_models_are_verified_by_default(api):
     assert {m.name for m in reply.models} == {TINY, MINILM}
 
 
+@ASYNC
 async def test_signed_model_verifies_and_tampered_model_is_refused(model_copy, signer):
     key, store_dir = signer
     store = TrustStore.load(store_dir)
@@ -71,6 +73,7 @@ async def test_signed_model_verifies_and_tampered_model_is_refused(model_copy, s
     assert "file_modified" in bad.state_reason and "model.safetensors" in bad.state_reason
 
 
+@ASYNC
 async def test_unsigned_model_refused_unless_allowed(model_copy, signer):
     store = TrustStore.load(signer[1])
     entry = ModelEntry("plain", "generate", model_copy)
@@ -81,6 +84,7 @@ async def test_unsigned_model_refused_unless_allowed(model_copy, signer):
     assert allowed.verification is Verification.UNSIGNED_ALLOWED
 
 
+@ASYNC
 async def test_model_signed_by_untrusted_key_is_refused(model_copy, signer):
     sign_model(model_copy, Sm2PrivateKey.generate(), "mine")
     entry = ModelEntry("mine", "generate", model_copy)
@@ -88,6 +92,7 @@ async def test_model_signed_by_untrusted_key_is_refused(model_copy, signer):
     assert "untrusted_key" in entry.verification_detail
 
 
+@ASYNC
 async def test_failed_model_is_not_served_and_getmodel_says_why(live_server, model_copy, signer, tmp_path):
     key, store_dir = signer
     sign_model(model_copy, key, "tampered")
