@@ -1,16 +1,19 @@
 """``xinserve.v1.AuditService``: the auditor's read access to the audit log.
 
 Callable only with the ``auditor`` role (enforced by the call pipeline); each call is itself
-recorded, with its filter in the record's detail.
+recorded, as an ``auditor_query`` event with its filter in the record's detail, or, for
+``VerifyLog``, as an ``audit_verified`` event with the result.
 """
 
 from __future__ import annotations
 
 import json
+import time
 
 import grpc
 
-from audit import QueryFilter
+from audit import AuditConfigError, QueryFilter
+from audit.verify import ChainReport, VerifyReport
 from service.audit_trail import AuditTrail
 from service.call_context import call
 from service.runtime import Runtime
@@ -114,3 +117,51 @@ class AuditServicer(audit_pb2_grpc.AuditServiceServicer):
             key_id=trail.public_key.key_id,
             public_key_pem=trail.public_key.to_pem().decode("ascii"),
         )
+
+    async def VerifyLog(self, request, context):
+        v = Violations()
+        start = request.from_seq if request.HasField("from_seq") else None
+        end = request.to_seq if request.HasField("to_seq") else None
+        if start is not None and start < 1:
+            v.add("from_seq", "must be >= 1")
+        if start is not None and end is not None and end < start:
+            v.add("to_seq", "must be >= from_seq")
+        if len(request.chain) > 512:
+            v.add("chain", "is longer than 512 characters")
+        v.raise_if_any()
+        detail = call().audit_detail
+        for key, value in (("chain", request.chain or None), ("from_seq", start), ("to_seq", end)):
+            if value is not None:
+                detail[f"range_{key}"] = value
+        try:
+            report: VerifyReport = await self._log().verify(
+                chain=request.chain or None, start=start, end=end, now_ms=int(time.time() * 1000)
+            )
+        except AuditConfigError as exc:
+            raise RpcError(grpc.StatusCode.FAILED_PRECONDITION, str(exc), "AUDIT_NO_VERIFY_KEY") from None
+        detail["verified_ok"] = report.ok
+        detail["records_checked"] = report.records_checked
+        broken = [c for c in report.chains if not c.ok]
+        if broken:
+            detail["first_broken"] = f"{broken[0].chain}:{broken[0].first_broken}"
+        return audit_pb2.VerifyLogResponse(
+            ok=report.ok, records_checked=report.records_checked, chains=[_chain_result(c) for c in report.chains]
+        )
+
+
+def _chain_result(c: ChainReport) -> audit_pb2.ChainVerification:
+    return audit_pb2.ChainVerification(
+        chain=c.chain,
+        ok=c.ok,
+        first_broken_seq=c.first_broken,
+        records_checked=c.records_checked,
+        last_checkpoint=c.last_checkpoint or 0,
+        last_checkpoint_time_ms=c.last_checkpoint_time_ms or 0,
+        unsigned_tail=c.unsigned_tail,
+        recoveries=c.recoveries,
+        purges=c.purges,
+        problems=[
+            audit_pb2.VerificationProblem(kind=p.kind, message=p.message, seq=p.seq, checkpoint=p.checkpoint)
+            for p in c.problems
+        ],
+    )

@@ -24,6 +24,22 @@ from trust.sm2 import Sm2PublicKey
 
 log = get_logger("xinserve.audit")
 
+_AUDIT_SERVICE = "/xinserve.v1.AuditService/"
+_VERIFY_LOG = _AUDIT_SERVICE + "VerifyLog"
+
+
+def event_of(method: str) -> EventType:
+    """The event type of a call's record: the auditor's own calls are marked as such.
+
+    ``AuditService/VerifyLog`` -> ``audit_verified``; other ``AuditService`` calls (queries,
+    exports, checkpoint reads), refused ones included -> ``auditor_query``; anything else -> ``rpc``.
+    """
+    if method == _VERIFY_LOG:
+        return EventType.AUDIT_VERIFIED
+    if method.startswith(_AUDIT_SERVICE):
+        return EventType.AUDITOR_QUERY
+    return EventType.RPC
+
 
 def audit_unavailable() -> RpcError:
     return RpcError(
@@ -61,7 +77,7 @@ class AuditTrail:
         if info.prompt is not None or output is not None:
             fields = await asyncio.to_thread(self._capture.fields, info.prompt, output)
         record = AuditRecord(
-            event=EventType.RPC,
+            event=event_of(info.method),
             outcome=code.name,
             principal=info.principal.name,
             auth_method=info.principal.auth_method,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import sqlite3
 import subprocess
 import time
 import uuid
@@ -12,7 +13,7 @@ import uuid
 import grpc
 import pytest
 
-from audit import AuditLog, ContentCapture, QueryFilter, decode_record
+from audit import AuditLog, ContentCapture, EventType, QueryFilter, decode_record
 from service.audit_trail import AuditTrail
 from service.auth import hash_token
 from tests.conftest import TINY
@@ -170,6 +171,58 @@ async def test_auditor_reads_the_log_and_is_itself_audited(live_server, tokens):
                 )
             )
             assert refused, "a refused auditor call is audited too"
+            assert all(decode_record(r.body)[2].event is EventType.AUDITOR_QUERY for r in [*own, *refused])
+
+
+async def test_verify_log_rpc_reports_a_modified_record_and_is_recorded(live_server, tokens, tmp_path):
+    from audit import AuditSettings
+
+    key = Sm2PrivateKey.generate()
+    settings = AuditSettings(path=tmp_path / "audit.db", node_id="verify-node", retention_enabled=False)
+    audit_log = await AuditLog.open(settings, signer=key, start_ticker=False)
+    trail = AuditTrail(audit_log, ContentCapture(), key.public_key())
+    overrides = {"listen": {"plaintext": ["127.0.0.1:0"]}, "auth": {"token_file": str(tokens)}}
+    try:
+        async with extra_frontend(live_server, overrides, audit=trail) as (_, _, port):
+            async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+                auditor = (("authorization", f"Bearer {AUDITOR}"),)
+                user = (("authorization", f"Bearer {USER}"),)
+                svc = audit_pb2_grpc.AuditServiceStub(channel)
+                for _ in range(5):
+                    await stubs(channel).models.ListModels(model_pb2.ListModelsRequest(), metadata=user)
+                with pytest.raises(grpc.aio.AioRpcError) as err:
+                    await svc.VerifyLog(audit_pb2.VerifyLogRequest(), metadata=user)
+                assert err.value.code() == grpc.StatusCode.PERMISSION_DENIED
+                with pytest.raises(grpc.aio.AioRpcError) as err:
+                    await svc.VerifyLog(audit_pb2.VerifyLogRequest(from_seq=5, to_seq=2), metadata=auditor)
+                assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+                good = await svc.VerifyLog(audit_pb2.VerifyLogRequest(), metadata=auditor)
+                assert good.ok and good.records_checked >= 6
+                assert [c.chain for c in good.chains] == ["verify-node"] and not good.chains[0].problems
+
+                # An insider edits one stored record (who made the third call).
+                row = (await audit_log.query(QueryFilter(principal="svc-user")))[2]
+                forged = row.body.replace(b'"svc-user"', b'"svc-uzer"')
+                assert forged != row.body
+                with sqlite3.connect(settings.path) as db:
+                    db.execute("UPDATE audit_records SET body = ? WHERE seq = ?", (forged, row.seq))
+                bad = await svc.VerifyLog(audit_pb2.VerifyLogRequest(), metadata=auditor)
+                assert not bad.ok
+                assert bad.chains[0].first_broken_seq == row.seq
+                assert any(p.seq == row.seq for p in bad.chains[0].problems)
+    finally:
+        await audit_log.close()
+
+    rows = await audit_log.query(QueryFilter(event="audit_verified"))
+    results = [(r.outcome, decode_record(r.body)[2].detail) for r in rows]
+    assert [(o, d.get("verified_ok")) for o, d in results] == [
+        ("PERMISSION_DENIED", None),
+        ("INVALID_ARGUMENT", None),
+        ("OK", True),
+        ("OK", False),
+    ]
+    assert results[3][1]["first_broken"] == f"verify-node:{row.seq}"
 
 
 @pytest.fixture

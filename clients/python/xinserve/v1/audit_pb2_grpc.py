@@ -53,6 +53,11 @@ class AuditServiceStub:
                 request_serializer=xinserve_dot_v1_dot_audit__pb2.GetLatestCheckpointRequest.SerializeToString,
                 response_deserializer=xinserve_dot_v1_dot_audit__pb2.GetLatestCheckpointResponse.FromString,
                 _registered_method=True)
+        self.VerifyLog = channel.unary_unary(
+                '/xinserve.v1.AuditService/VerifyLog',
+                request_serializer=xinserve_dot_v1_dot_audit__pb2.VerifyLogRequest.SerializeToString,
+                response_deserializer=xinserve_dot_v1_dot_audit__pb2.VerifyLogResponse.FromString,
+                _registered_method=True)
 
 
 class AuditServiceServicer:
@@ -83,6 +88,16 @@ class AuditServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def VerifyLog(self, request, context):
+        """Verify the hash chain(s) and the signed checkpoints on the server, with the server's own
+        key (the checks of `xinserve audit verify`; an auditor should also verify offline with a
+        public key pinned out of band). Recorded as an `audit_verified` event with its result.
+        A broken log is a result (ok = false), not an error status.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AuditServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -100,6 +115,11 @@ def add_AuditServiceServicer_to_server(servicer, server):
                     servicer.GetLatestCheckpoint,
                     request_deserializer=xinserve_dot_v1_dot_audit__pb2.GetLatestCheckpointRequest.FromString,
                     response_serializer=xinserve_dot_v1_dot_audit__pb2.GetLatestCheckpointResponse.SerializeToString,
+            ),
+            'VerifyLog': grpc.unary_unary_rpc_method_handler(
+                    servicer.VerifyLog,
+                    request_deserializer=xinserve_dot_v1_dot_audit__pb2.VerifyLogRequest.FromString,
+                    response_serializer=xinserve_dot_v1_dot_audit__pb2.VerifyLogResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -187,6 +207,33 @@ class AuditService:
             '/xinserve.v1.AuditService/GetLatestCheckpoint',
             xinserve_dot_v1_dot_audit__pb2.GetLatestCheckpointRequest.SerializeToString,
             xinserve_dot_v1_dot_audit__pb2.GetLatestCheckpointResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def VerifyLog(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/xinserve.v1.AuditService/VerifyLog',
+            xinserve_dot_v1_dot_audit__pb2.VerifyLogRequest.SerializeToString,
+            xinserve_dot_v1_dot_audit__pb2.VerifyLogResponse.FromString,
             options,
             channel_credentials,
             insecure,
