@@ -36,6 +36,8 @@ class CallInfo:
     request_id: str | None
     trace_id: str | None
     principal: Principal = ANONYMOUS
+    sent_request_id: str | None = None
+    """``x-request-id`` metadata exactly as sent; calls that take a request id refuse a bad one."""
     started: float = field(default_factory=time.monotonic)
     model: str | None = None
     prompt_tokens: int = 0

@@ -136,6 +136,7 @@ class CallPipeline(grpc.aio.ServerInterceptor):
             peer=context.peer() or "",
             request_id=rid if rid and REQUEST_ID.match(rid) else None,
             trace_id=trace_id_from(md.get("traceparent")),
+            sent_request_id=rid,
         )
         current_call.set(info)
         structlog.contextvars.bind_contextvars(request_id=info.request_id, trace_id=info.trace_id)

@@ -17,9 +17,9 @@ from xinserve.v1 import common_pb2, inference_pb2, model_pb2, sampling_pb2
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
 
-async def invalid(api, request, method="Generate") -> dict[str, str]:
+async def invalid(api, request, method="Generate", metadata=()) -> dict[str, str]:
     with pytest.raises(grpc.aio.AioRpcError) as err:
-        await getattr(api.inference, method)(request)
+        await getattr(api.inference, method)(request, metadata=metadata)
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT, err.value.details()
     info = detail_of(err.value, error_details_pb2.ErrorInfo)
     assert info is not None and info.domain == "xinserve.io"
@@ -117,6 +117,16 @@ async def test_stream_reports_the_same_errors(api):
 async def test_bad_request_id(api):
     violations = await invalid(api, inference_pb2.GenerateRequest(model=TINY, prompt="x", request_id="has space"))
     assert "request_id" in violations
+
+
+async def test_bad_request_id_in_metadata_is_refused_not_replaced(api):
+    # Before the fix a bad x-request-id was silently swapped for a generated one, so the
+    # caller's logs and the server's audit record no longer matched.
+    request = inference_pb2.GenerateRequest(model=TINY, prompt="x")
+    violations = await invalid(api, request, metadata=(("x-request-id", "x" * 129),))
+    assert set(violations) == {"x-request-id"}
+    embed = inference_pb2.EmbedRequest(model=MINILM, inputs=["x"])
+    assert "x-request-id" in await invalid(api, embed, "Embed", metadata=(("x-request-id", "has space"),))
 
 
 async def test_chat_bad_role_and_empty(api):
