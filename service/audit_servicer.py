@@ -13,6 +13,7 @@ import time
 import grpc
 
 from audit import AuditConfigError, QueryFilter
+from audit.records import MAX_SAFE_INT
 from audit.verify import ChainReport, VerifyReport
 from service.audit_trail import AuditTrail
 from service.call_context import call
@@ -31,8 +32,9 @@ def _filter(request) -> QueryFilter:
     v = Violations()
     since = f.since_ms if f.HasField("since_ms") else None
     until = f.until_ms if f.HasField("until_ms") else None
-    if since is not None and since < 0:
-        v.add("filter.since_ms", "must be >= 0")
+    for name, value in (("since_ms", since), ("until_ms", until)):
+        if value is not None and not 0 <= value <= MAX_SAFE_INT:
+            v.add(f"filter.{name}", f"must be between 0 and {MAX_SAFE_INT}")
     if until is not None and since is not None and until <= since:
         v.add("filter.until_ms", "must be greater than since_ms")
     if f.limit > _MAX_LIMIT:
@@ -122,8 +124,9 @@ class AuditServicer(audit_pb2_grpc.AuditServiceServicer):
         v = Violations()
         start = request.from_seq if request.HasField("from_seq") else None
         end = request.to_seq if request.HasField("to_seq") else None
-        if start is not None and start < 1:
-            v.add("from_seq", "must be >= 1")
+        for name, value in (("from_seq", start), ("to_seq", end)):
+            if value is not None and not 1 <= value <= MAX_SAFE_INT:
+                v.add(name, f"must be between 1 and {MAX_SAFE_INT}")
         if start is not None and end is not None and end < start:
             v.add("to_seq", "must be >= from_seq")
         if len(request.chain) > 512:

@@ -11,12 +11,21 @@ every ``xinserve.v1`` call is, including refused, unauthenticated, invalid and c
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from typing import Any
 
 import grpc
 
-from audit import AuditLog, AuditRecord, AuditUnavailable, ContentCapture, EventType, FailurePolicy
+from audit import (
+    AuditEncodingError,
+    AuditLog,
+    AuditRecord,
+    AuditUnavailable,
+    ContentCapture,
+    EventType,
+    FailurePolicy,
+)
 from service.call_context import CallInfo
 from service.logs import get_logger
 from service.status import RpcError
@@ -94,7 +103,13 @@ class AuditTrail:
             detail=info.audit_detail,
             **fields,
         )
-        await self._append(record)
+        try:
+            await self._append(record)
+        except AuditEncodingError as exc:
+            # A detail the canonical encoding refuses (the servicers validate what goes there;
+            # this is the backstop) must not cost the call its record: keep it without them.
+            log.error("audit_detail_not_encodable", method=info.method, error=str(exc))
+            await self._append(dataclasses.replace(record, detail={"detail_dropped": True}))
 
     async def event(self, event: EventType, outcome: str = "OK", **detail: Any) -> None:
         """Append a system event (start, stop, model_verified ...). Never raises: logs instead."""

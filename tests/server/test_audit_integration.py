@@ -18,7 +18,7 @@ from service.audit_trail import AuditTrail
 from service.auth import hash_token
 from tests.conftest import TINY
 from tests.server.frontends import extra_frontend
-from tests.server.stubs import stubs
+from tests.server.stubs import field_violations, stubs
 from trust.sm2 import Sm2PrivateKey
 from trust.sm3 import sm3_hex
 from xinserve.v1 import audit_pb2, audit_pb2_grpc, inference_pb2, model_pb2, sampling_pb2
@@ -193,9 +193,21 @@ async def test_verify_log_rpc_reports_a_modified_record_and_is_recorded(live_ser
                 with pytest.raises(grpc.aio.AioRpcError) as err:
                     await svc.VerifyLog(audit_pb2.VerifyLogRequest(), metadata=user)
                 assert err.value.code() == grpc.StatusCode.PERMISSION_DENIED
+                for bad, field in (
+                    (audit_pb2.VerifyLogRequest(from_seq=5, to_seq=2), "to_seq"),
+                    (audit_pb2.VerifyLogRequest(from_seq=2**60), "from_seq"),  # beyond the records' JSON range
+                ):
+                    with pytest.raises(grpc.aio.AioRpcError) as err:
+                        await svc.VerifyLog(bad, metadata=auditor)
+                    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+                    assert set(field_violations(err.value)) == {field}
+                huge = audit_pb2.AuditFilter(until_ms=2**62)
                 with pytest.raises(grpc.aio.AioRpcError) as err:
-                    await svc.VerifyLog(audit_pb2.VerifyLogRequest(from_seq=5, to_seq=2), metadata=auditor)
+                    _ = [
+                        r async for r in svc.QueryRecords(audit_pb2.QueryRecordsRequest(filter=huge), metadata=auditor)
+                    ]
                 assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+                assert set(field_violations(err.value)) == {"filter.until_ms"}
 
                 good = await svc.VerifyLog(audit_pb2.VerifyLogRequest(), metadata=auditor)
                 assert good.ok and good.records_checked >= 6
@@ -219,10 +231,35 @@ async def test_verify_log_rpc_reports_a_modified_record_and_is_recorded(live_ser
     assert [(o, d.get("verified_ok")) for o, d in results] == [
         ("PERMISSION_DENIED", None),
         ("INVALID_ARGUMENT", None),
+        ("INVALID_ARGUMENT", None),
         ("OK", True),
         ("OK", False),
     ]
-    assert results[3][1]["first_broken"] == f"verify-node:{row.seq}"
+    assert results[4][1]["first_broken"] == f"verify-node:{row.seq}"
+
+
+async def test_a_detail_the_encoding_refuses_does_not_cost_the_record(tmp_path):
+    # Before the backstop, an out-of-range detail raised AuditEncodingError out of the call
+    # pipeline: the client got INTERNAL and the call had no record at all.
+    from audit import AuditSettings
+    from service.call_context import CallInfo
+
+    key = Sm2PrivateKey.generate()
+    settings = AuditSettings(path=tmp_path / "audit.db", node_id="n", retention_enabled=False)
+    audit_log = await AuditLog.open(settings, signer=key, start_ticker=False)
+    trail = AuditTrail(audit_log, ContentCapture(), key.public_key())
+    info = CallInfo(
+        method="/xinserve.v1.AuditService/QueryRecords", peer="ipv4:127.0.0.1:1", request_id="r-1", trace_id=None
+    )
+    info.audit_detail["filter_until_ms"] = 2**62
+    try:
+        await trail.record_call(info, grpc.StatusCode.OK)
+    finally:
+        await audit_log.close()
+    (row,) = await audit_log.query(QueryFilter(event="auditor_query"))
+    record = decode_record(row.body)[2]
+    assert record.request_id == "r-1" and record.outcome == "OK"
+    assert dict(record.detail) == {"detail_dropped": True}
 
 
 @pytest.fixture
