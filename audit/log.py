@@ -223,7 +223,12 @@ class AuditLog:
             store.create_schema()
             store.lock_writer(self.chain)
             head = store.head(self.chain)
-            last = store.last_checkpoint(self.chain)
+            try:
+                last = store.last_checkpoint(self.chain)
+            except AuditEncodingError:
+                raise AuditIntegrityError(
+                    "the last audit checkpoint is malformed (altered); run `xinserve audit verify`"
+                ) from None
         except BaseException:
             store.close()
             raise

@@ -50,6 +50,16 @@ CREATE TABLE IF NOT EXISTS audit_checkpoints (
 
 _COLS = "chain, seq, time_ms, event, principal, method, outcome, body, hash"
 
+# The byte columns are read through CAST(... AS BLOB). Their BLOB affinity makes SQLite keep
+# whatever storage class an UPDATE writes: SQLite's own replace() or CAST(body AS TEXT) turn a
+# body into TEXT (possibly not even valid UTF-8), SET hash = 5 into an INTEGER. The cast hands
+# every reader bytes whatever the storage class (TEXT as its bytes, numbers as their text), so
+# verification, not a TypeError or a UTF-8 decoding error, decides about such a row.
+_BODY = "CAST(body AS BLOB)"
+_HASH = "CAST(hash AS BLOB)"
+_PAYLOAD_SIGNATURE = "CAST(payload AS BLOB), CAST(signature AS BLOB)"
+_SELECT_COLS = f"chain, seq, time_ms, event, principal, method, outcome, {_BODY}, {_HASH}"
+
 
 def _wrap(exc: BaseException) -> AuditStoreError:
     # sqlite3 messages carry no secrets; keep them short and path-free.
@@ -103,13 +113,14 @@ class SqliteStore(Store):
 
     def head(self, chain: str) -> tuple[int, bytes] | None:
         row = self._exec(
-            "SELECT seq, hash FROM audit_records WHERE chain = ? ORDER BY seq DESC LIMIT 1", (chain,)
+            f"SELECT seq, {_HASH} FROM audit_records WHERE chain = ? ORDER BY seq DESC LIMIT 1",  # noqa: S608
+            (chain,),
         ).fetchone()
         return (int(row[0]), bytes(row[1])) if row else None
 
     def last_checkpoint(self, chain: str) -> SignedCheckpoint | None:
         row = self._exec(
-            "SELECT payload, signature FROM audit_checkpoints WHERE chain = ? ORDER BY n DESC LIMIT 1",
+            f"SELECT {_PAYLOAD_SIGNATURE} FROM audit_checkpoints WHERE chain = ? ORDER BY n DESC LIMIT 1",  # noqa: S608
             (chain,),
         ).fetchone()
         return _signed(row) if row else None
@@ -152,7 +163,7 @@ class SqliteStore(Store):
 
     def iter_hashes(self, chain: str, start: int, end: int | None) -> Iterator[tuple[int, bytes, bytes]]:
         cur = self._exec(
-            "SELECT seq, body, hash FROM audit_records WHERE chain = ? AND seq >= ? AND seq <= ? ORDER BY seq",
+            f"SELECT seq, {_BODY}, {_HASH} FROM audit_records WHERE chain = ? AND seq >= ? AND seq <= ? ORDER BY seq",  # noqa: S608
             (chain, start, end if end is not None else 2**62),
         )
         try:
@@ -190,7 +201,8 @@ class SqliteStore(Store):
 
     def raw_checkpoints(self, chain: str) -> list[tuple[int, bytes, bytes]]:
         rows = self._exec(
-            "SELECT n, payload, signature FROM audit_checkpoints WHERE chain = ? ORDER BY n", (chain,)
+            f"SELECT n, {_PAYLOAD_SIGNATURE} FROM audit_checkpoints WHERE chain = ? ORDER BY n",  # noqa: S608
+            (chain,),
         ).fetchall()
         return [(int(r[0]), bytes(r[1]), bytes(r[2])) for r in rows]
 
@@ -205,12 +217,15 @@ class SqliteStore(Store):
         return (int(row[0]), int(row[1])) if row and row[0] is not None else None
 
     def hash_at(self, chain: str, seq: int) -> bytes | None:
-        row = self._exec("SELECT hash FROM audit_records WHERE chain = ? AND seq = ?", (chain, seq)).fetchone()
+        row = self._exec(
+            f"SELECT {_HASH} FROM audit_records WHERE chain = ? AND seq = ?",  # noqa: S608
+            (chain, seq),
+        ).fetchone()
         return bytes(row[0]) if row else None
 
     def records(self, chain: str, start: int, end: int) -> Iterator[StoredRecord]:
         cur = self._exec(
-            f"SELECT {_COLS} FROM audit_records WHERE chain = ? AND seq >= ? AND seq <= ? ORDER BY seq",  # noqa: S608
+            f"SELECT {_SELECT_COLS} FROM audit_records WHERE chain = ? AND seq >= ? AND seq <= ? ORDER BY seq",  # noqa: S608
             (chain, start, end),
         )
         while rows := cur.fetchmany(4096):
@@ -244,7 +259,7 @@ class SqliteStore(Store):
         if flt.after_seq is not None:
             where.append("seq > ?")
             params.append(flt.after_seq)
-        sql = f"SELECT {_COLS} FROM audit_records"  # noqa: S608
+        sql = f"SELECT {_SELECT_COLS} FROM audit_records"  # noqa: S608
         if where:
             sql += " WHERE " + " AND ".join(where)
         order = "DESC" if flt.descending else "ASC"
