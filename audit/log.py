@@ -261,13 +261,10 @@ class AuditLog:
                     f"audit records end at {head[0]} but checkpoint n={cp.n} covers {cp.tree_size}; "
                     "run `xinserve audit verify`"
                 )
-            if cp.tree_size > 0 and head is not None and head[0] >= cp.tree_size:
-                at = store.hash_at(self.chain, cp.tree_size)
-                if at is not None and at != cp.head:
-                    store.close()
-                    raise AuditIntegrityError(
-                        f"record {cp.tree_size} does not match checkpoint n={cp.n}; run `xinserve audit verify`"
-                    )
+            problem = _signed_record_problem(store, self.chain, cp, self._verifier)
+            if problem is not None:
+                store.close()
+                raise AuditIntegrityError(f"{problem}; run `xinserve audit verify`")
             # Re-chain the unsigned tail (records after the last checkpoint) to verify it.
             if head is not None and head[0] > cp.tree_size:
                 h = cp.head
@@ -783,6 +780,56 @@ class AuditLog:
     def _usage_path(self) -> str | None:
         store = self._store
         return store.usage_path() if store is not None else None
+
+
+def _signed_record_problem(store: Store, chain: str, cp: Checkpoint, verifier: Any = None) -> str | None:
+    """Why the record at ``cp.tree_size`` does not have the head ``cp`` signs, or ``None``.
+
+    Recomputes ``SM3(h[tree_size-1] || body[tree_size])`` from the record's stored body and its
+    predecessor's stored hash (genesis for record 1, the ``anchor_hash`` of the purge that
+    removed the predecessor) and compares it, and the record's stored hash, with ``cp.head``.
+    A record removed by a purge is accepted when that purge checkpoint's anchor is the signed
+    head (and, if signed with ``verifier``'s key, its signature verifies). Only this one record
+    is checked: the rest of the log is ``verify``'s job. Reads the store (``AuditStoreError``).
+    """
+    n = cp.tree_size
+    if n <= 0:
+        return None
+    rows = {seq: (body, h) for seq, body, h in store.iter_hashes(chain, max(1, n - 1), n)}
+    if n not in rows:
+        anchor = _purge_anchor(store, chain, n, verifier)
+        if anchor is None:
+            return f"record {n}, signed by checkpoint n={cp.n}, is missing"
+        if anchor != cp.head:
+            return f"the purge anchor of record {n} does not match checkpoint n={cp.n}"
+        return None
+    body, stored = rows[n]
+    prev = GENESIS if n == 1 else rows[n - 1][1] if n - 1 in rows else _purge_anchor(store, chain, n - 1)
+    if prev is None:
+        return f"record {n - 1}, before the record checkpoint n={cp.n} signs, is missing"
+    if stored != cp.head or chain_hash(prev, body) != cp.head:
+        return f"record {n} does not match checkpoint n={cp.n} (its body or hash was altered)"
+    return None
+
+
+def _purge_anchor(store: Store, chain: str, through: int, verifier: Any = None) -> bytes | None:
+    """``anchor_hash`` of a purge checkpoint that removed records through ``through``, if any.
+
+    With ``verifier``, a purge checkpoint signed with its key must carry a valid signature.
+    """
+    from trust.errors import InvalidSignature
+
+    for _, payload, signature in store.raw_checkpoints(chain):
+        try:
+            cp = Checkpoint.from_payload(payload)
+            if cp.kind is not CheckpointKind.PURGE or int(cp.extra["purged_through"]) != through:
+                continue
+            if verifier is not None and cp.key_id == verifier.key_id:
+                verifier.verify(signature, payload)
+            return bytes.fromhex(str(cp.extra["anchor_hash"]))
+        except (AuditEncodingError, InvalidSignature, KeyError, ValueError, TypeError):
+            continue
+    return None
 
 
 def _as_store_error(exc: Exception) -> AuditStoreError:

@@ -8,7 +8,7 @@ import pytest
 from audit_helpers import Backend, FakeClock, rpc_record_factory
 
 from audit.chain import GENESIS, Checkpoint, SignedCheckpoint, chain_hash
-from audit.log import AuditLog
+from audit.log import AuditIntegrityError, AuditLog
 from audit.records import canonical_json
 from audit.stores import open_store
 from audit.verify import VerifyReport, verify_store
@@ -238,3 +238,69 @@ async def test_range_end_deleted(backend: Backend, key, clock, built) -> None:
     backend.sql("DELETE FROM audit_records WHERE seq >= 19 AND seq <= 20")
     report = verify(backend, key, clock, start=11, end=20)
     assert report.chains[0].first_broken == 19
+
+
+def _set_outcome(backend: Backend, seq: int, outcome: str) -> None:
+    """Edit a record's outcome in its body (stored as a BLOB) and in the indexed column."""
+    obj = body_of(backend, seq)
+    assert obj["outcome"] != outcome
+    obj["outcome"] = outcome
+    backend.sql("UPDATE audit_records SET body = ?, outcome = ? WHERE seq = ?", (canonical_json(obj), outcome, seq))
+
+
+async def test_open_refuses_an_edited_last_record_after_a_clean_close(backend: Backend, key, clock, built) -> None:
+    """The closing checkpoint signs record 25's hash; its stored hash still matches, its body does not."""
+    _set_outcome(backend, 25, "OK")
+    with pytest.raises(AuditIntegrityError, match="record 25"):
+        await AuditLog.open(backend.settings(), key, clock=clock, start_ticker=False)
+
+
+async def test_open_refuses_a_log_whose_signed_records_were_all_deleted(backend: Backend, key, clock, built) -> None:
+    backend.sql("DELETE FROM audit_records")
+    with pytest.raises(AuditIntegrityError, match="record 25"):
+        await AuditLog.open(backend.settings(), key, clock=clock, start_ticker=False)
+
+
+async def test_open_refuses_an_edited_signed_record_before_an_unsigned_tail(backend: Backend, key, clock) -> None:
+    log = await AuditLog.open(backend.settings(), key, clock=clock, start_ticker=False)
+    make = rpc_record_factory(clock)
+    for i in range(8):
+        await log.append(make(i))
+        if i == 4:
+            await log.checkpoint()  # signs records 1..5
+    await log.abort()  # crash: 6..8 unsigned; recovery re-chains them from the signed head
+    _set_outcome(backend, 5, "ABORTED")
+    with pytest.raises(AuditIntegrityError, match="record 5"):
+        await AuditLog.open(backend.settings(), key, clock=clock, start_ticker=False)
+
+
+async def test_open_after_purging_everything_signed(backend: Backend, key, clock) -> None:
+    """The record a checkpoint signs, or the one before it, may be purged: open uses the purge's anchor."""
+    from audit.retention import _retention_sync
+
+    log = await AuditLog.open(backend.settings(), key, clock=clock, start_ticker=False)
+    make = rpc_record_factory(clock)
+    for i in range(5):
+        await log.append(make(i))
+    await log.close()
+    clock.advance(days=200)
+    cutoff = clock() - 180 * 86_400_000
+    log = await AuditLog.open(backend.settings(), key, clock=clock, start_ticker=False)
+    result = await log.run_in_writer(
+        lambda store, lg: _retention_sync(store, lg, 180, cutoff, backend.tmp_path / "archive", None)
+    )
+    assert result.purged == 5
+    await log.abort()  # crash before the retention_run record: the last checkpoint signs purged record 5
+
+    log = await AuditLog.open(backend.settings(), key, clock=clock, start_ticker=False)
+    assert log.recovery is not None and log.recovery.unclean_shutdown and log.last_seq == 6
+    await log.close()  # signs record 6 (the recovery record), whose predecessor is purged
+    log = await AuditLog.open(backend.settings(), key, clock=clock, start_ticker=False)
+    assert log.recovery is not None and not log.recovery.unclean_shutdown
+    await log.close()
+    report = verify(backend, key, clock)
+    assert report.ok, report.to_json()
+
+    _set_outcome(backend, 6, "ABORTED")
+    with pytest.raises(AuditIntegrityError, match="record 6"):
+        await AuditLog.open(backend.settings(), key, clock=clock, start_ticker=False)
