@@ -18,8 +18,10 @@ from audit.errors import (
     AuditConfigError,
     AuditEncodingError,
     AuditError,
+    AuditRangeError,
     AuditStoreError,
     AuditUnavailable,
+    UnknownChainError,
     WriterConflict,
 )
 from audit.log import AuditIntegrityError, AuditLog, RecoveryInfo
@@ -34,6 +36,7 @@ __all__ = [
     "AuditError",
     "AuditIntegrityError",
     "AuditLog",
+    "AuditRangeError",
     "AuditRecord",
     "AuditSettings",
     "AuditStoreError",
@@ -47,6 +50,7 @@ __all__ = [
     "RetentionResult",
     "SignedCheckpoint",
     "StoreKind",
+    "UnknownChainError",
     "VerifyReport",
     "WriterConflict",
     "check_disk",

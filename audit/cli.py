@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from audit.errors import AuditConfigError, AuditEncodingError, AuditStoreError
+from audit.errors import AuditConfigError, AuditEncodingError, AuditRangeError, AuditStoreError, UnknownChainError
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_ENV = 0, 1, 2, 3
 DEFAULT_STORE = "/var/lib/xinserve/audit/audit.db"
@@ -136,7 +136,7 @@ def _guard(fn: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namesp
         except AuditStoreError as exc:
             _err(f"audit store unreachable: {exc}")
             return EXIT_ENV
-        except (AuditConfigError, AuditEncodingError, TrustError) as exc:
+        except (AuditConfigError, AuditEncodingError, AuditRangeError, UnknownChainError, TrustError) as exc:
             _err(str(exc))
             return EXIT_USAGE
         except BrokenPipeError:
@@ -224,6 +224,8 @@ def _run_verify(args: argparse.Namespace) -> int:
         for c in report.chains:
             status = "OK  " if c.ok else "FAIL"
             span = f"records {c.first_seq}..{c.last_seq}" if c.first_seq is not None else "no records"
+            if c.out_of_range:
+                span = f"no records from {args.start} on (last record: {c.last_record or 'none'})"
             cp = (
                 f"last checkpoint {c.last_checkpoint} at {format_time_ms(c.last_checkpoint_time_ms)}"
                 if c.last_checkpoint is not None and c.last_checkpoint_time_ms is not None

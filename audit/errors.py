@@ -29,3 +29,26 @@ class AuditEncodingError(AuditError, ValueError):
 
 class WriterConflict(AuditError):
     """Another process already writes this chain (one writer per chain id)."""
+
+
+class AuditRangeError(AuditError, ValueError):
+    """A requested record range is unusable: a bound below 1 or beyond the I-JSON integer range,
+    ``start > end``, or a ``start`` beyond the chain's last record (when no signed checkpoint
+    covers it; one that does makes it truncation, which verification reports instead)."""
+
+
+class UnknownChainError(AuditError, LookupError):
+    """The store holds no record or checkpoint of the named chain.
+
+    ``chain`` is the name asked for, ``known`` the chains the store does hold (sorted).
+    """
+
+    def __init__(self, chain: str, known: list[str]) -> None:
+        self.chain = chain
+        self.known = list(known)
+        if not known:
+            where = "the store holds no chain"
+        else:
+            shown = ", ".join(known[:20]) + (f" (and {len(known) - 20} more)" if len(known) > 20 else "")
+            where = f"the store holds: {shown}"
+        super().__init__(f"unknown audit chain {chain!r}; {where}")

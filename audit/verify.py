@@ -24,10 +24,15 @@ from typing import Any
 
 from audit.chain import GENESIS, Checkpoint, CheckpointKind, SignedCheckpoint, Verifier, chain_hash
 from audit.config import MIN_RETENTION_DAYS
-from audit.errors import AuditEncodingError
+from audit.errors import AuditEncodingError, AuditRangeError, UnknownChainError
+from audit.records import MAX_SAFE_INT
 from audit.stores.base import Store
 
 DAY_MS = 86_400_000
+
+MAX_RECORD_PROBLEMS = 100
+"""At most this many broken records (altered, missing, re-chained) are listed per chain; the
+scan goes on to the end and one ``more_problems`` entry counts the ones not listed."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +58,11 @@ class ChainReport:
     recoveries: list[str] = field(default_factory=list)
     purges: list[str] = field(default_factory=list)
     problems: list[Problem] = field(default_factory=list)
+    last_record: int | None = None
+    """The chain's last record in the store (whatever range was asked for), ``None`` if it has none."""
+    out_of_range: bool = False
+    """With ``start``: the chain has no record at or after it (and no signed checkpoint says it
+    should), so none of its records was checked; its checkpoints were."""
 
     @property
     def ok(self) -> bool:
@@ -78,6 +88,8 @@ class ChainReport:
             "closed": self.closed,
             "recoveries": self.recoveries,
             "purges": self.purges,
+            "last_record": self.last_record,
+            "out_of_range": self.out_of_range,
             "problems": [
                 {"kind": p.kind, "message": p.message, "seq": p.seq, "checkpoint": p.checkpoint} for p in self.problems
             ],
@@ -123,14 +135,55 @@ def verify_store(
     any other key fails. ``now_ms`` enables the staleness check (pass the current time when
     verifying a live log). ``anchors`` are checkpoints an auditor kept earlier: each must still
     be in the log, byte for byte (this catches truncation that removed checkpoints too).
+
+    Returns a :class:`VerifyReport`, one :class:`ChainReport` per chain (sorted by chain id);
+    tampering is a result (``ok`` false, problems listed), not an exception. Every broken
+    record is listed (up to :data:`MAX_RECORD_PROBLEMS` per chain), the first one first.
+
+    Raises:
+        UnknownChainError: ``chain`` names no chain of the store (its message lists those that exist).
+        AuditRangeError: ``start`` or ``end`` outside ``1..2**53-1``, ``start > end``, or ``start``
+            beyond the last record of the chain (of every chain, without ``chain``) where no signed
+            checkpoint covers records from ``start`` on; where one does, the report says ``truncated``.
+        AuditStoreError: the store failed while being read.
     """
+    _check_range(start, end)
     trusted = {k.key_id: k for k in keys}
-    chains = [chain] if chain is not None else store.chains()
+    if chain is not None:
+        if store.bounds(chain) is None and not store.raw_checkpoints(chain):
+            raise UnknownChainError(chain, store.chains())
+        chains = [chain]
+    else:
+        chains = store.chains()
     reports = []
     for c in chains:
         chain_anchors = [a for a in anchors if a.checkpoint.chain == c]
         reports.append(_verify_chain(store, c, trusted, start, end, now_ms, chain_anchors, tolerance_ms, progress))
+    beyond = [r for r in reports if r.out_of_range]
+    if start is not None and beyond and len(beyond) == len(reports) and not any(r.problems for r in reports):
+        raise AuditRangeError(_beyond_message(start, beyond))
     return VerifyReport(reports)
+
+
+def _check_range(start: int | None, end: int | None) -> None:
+    for name, value in (("start", start), ("end", end)):
+        if value is not None and not 1 <= value <= MAX_SAFE_INT:
+            raise AuditRangeError(f"the range {name} must be a record number from 1 to {MAX_SAFE_INT} (got {value})")
+    if start is not None and end is not None and start > end:
+        raise AuditRangeError(f"the range starts after it ends (start {start} > end {end})")
+
+
+def _beyond_message(start: int, reports: Sequence[ChainReport]) -> str:
+    def last(r: ChainReport) -> str:
+        return str(r.last_record) if r.last_record is not None else "none"
+
+    if len(reports) == 1:
+        r = reports[0]
+        if r.last_record is None:
+            return f"record {start} is beyond the end of chain {r.chain!r}: it holds no records"
+        return f"record {start} is beyond the end of chain {r.chain!r}: its last record is {r.last_record}"
+    ends = ", ".join(f"{r.chain}: {last(r)}" for r in reports[:20]) + (", ..." if len(reports) > 20 else "")
+    return f"record {start} is beyond the last record of every chain (last records: {ends})"
 
 
 def _verify_checkpoints(
@@ -289,7 +342,22 @@ def _verify_chain(
             base_seq = int(cp.extra["purged_through"])
             base_hash = bytes.fromhex(str(cp.extra["anchor_hash"]))
     bounds = store.bounds(chain)
+    report.last_record = bounds[1] if bounds is not None else None
     covered = max((cp.tree_size for cp in cps), default=0)
+    # The last record that should be here: the last one stored, or the last one purged.
+    present_end = bounds[1] if bounds is not None else base_seq
+    if start is not None and start > max(present_end, base_seq):
+        if covered > present_end and covered >= start:
+            problems.append(
+                Problem(
+                    "truncated",
+                    f"checkpoint covers records through {covered}, but the log ends at {present_end}",
+                    seq=present_end + 1,
+                )
+            )
+        else:
+            report.out_of_range = True  # nothing asked for is, or should be, here
+        return report
     if bounds is None:
         if covered > base_seq:
             problems.append(
@@ -302,78 +370,23 @@ def _verify_chain(
             )
         return report
 
+    # Where the scan starts, and the hash it chains from (None: unknown, the first record
+    # present cannot be checked against its predecessor and the scan re-syncs to its hash).
     lo = base_seq + 1
-    prev_hash = base_hash
+    h: bytes | None = base_hash
     if start is not None and start > lo:
-        ph_ = store.hash_at(chain, start - 1)
-        if ph_ is None:
-            problems.append(Problem("record_missing", f"record {start - 1} is missing", seq=start - 1))
-            return report
-        lo, prev_hash = start, ph_
+        lo, h = start, store.hash_at(chain, start - 1)
     if bounds[0] > lo:
-        problems.append(
-            Problem(
-                "record_missing",
-                f"records {lo}..{bounds[0] - 1} are missing (deleted without a signed purge)",
-                seq=lo,
-            )
-        )
-        return report
+        why = " (deleted without a signed purge)" if lo == base_seq + 1 else ""
+        problems.append(Problem("record_missing", f"records {lo}..{bounds[0] - 1} are missing{why}", seq=lo))
+        lo, h = bounds[0], None
+    elif h is None:
+        problems.append(Problem("record_missing", f"record {lo - 1} is missing", seq=lo - 1))
     hi = min(end, bounds[1]) if end is not None else bounds[1]
-
-    heads: dict[int, list[Checkpoint]] = {}
-    for cp in cps:
-        if lo <= cp.tree_size <= hi:
-            heads.setdefault(cp.tree_size, []).append(cp)
-    verified_upto = lo - 1
-    expect = lo
-    h = prev_hash
-    broken = False
-    n_checked = 0
-    for seq, body, stored in store.iter_hashes(chain, lo, hi):
-        if seq != expect:
-            problems.append(Problem("record_missing", f"record {expect} is missing", seq=expect))
-            broken = True
-            break
-        h = chain_hash(h, body)
-        if h != stored:
-            problems.append(
-                Problem(
-                    "record_altered",
-                    f"record {seq} does not match its chain hash (modified, inserted or reordered)",
-                    seq=seq,
-                )
-            )
-            broken = True
-            break
-        at = heads.get(seq)
-        if at is not None:
-            for cp in at:
-                if cp.head != h:
-                    problems.append(
-                        Problem(
-                            "rechained",
-                            f"records {verified_upto + 1}..{seq} do not match the signed head of checkpoint "
-                            f"{cp.n}: altered and re-chained without the signing key",
-                            seq=verified_upto + 1,
-                            checkpoint=cp.n,
-                        )
-                    )
-                    broken = True
-            if broken:
-                break
-            verified_upto = seq
-        expect += 1
-        n_checked += 1
-        if progress is not None and not n_checked & 0xFFFF:
-            progress(0x10000)
-    if progress is not None:
-        progress(n_checked & 0xFFFF)
+    n_checked, expect = _scan_records(store, chain, cps, lo, hi, h, base_seq, report, progress)
     report.records_checked = n_checked
     report.first_seq = lo
     report.last_seq = expect - 1
-    if broken:
-        return report
     last_present = expect - 1
     # Signed checkpoints within the requested range that reach beyond what is left.
     limit = end if end is not None else covered
@@ -440,6 +453,117 @@ def _verify_chain(
         elif now_ms is not None and first is not None and now_ms - first.time_ms > tolerance_ms(60):
             problems.append(Problem("no_checkpoint", "no signed checkpoint covers these records", seq=lo))
     return report
+
+
+def _scan_records(
+    store: Store,
+    chain: str,
+    cps: Sequence[Checkpoint],
+    lo: int,
+    hi: int,
+    h: bytes | None,
+    base_seq: int,
+    report: ChainReport,
+    progress: Callable[[int], None] | None,
+) -> tuple[int, int]:
+    """Re-chain records ``lo..hi`` from ``h``; add every broken record to ``report.problems``.
+
+    A record whose hash does not chain is reported and the scan re-syncs to its stored hash
+    (to the signed head when a checkpoint signs it), so each further altered record is reported
+    on its own; a gap is reported and the scan re-syncs to the stored hash of the next record
+    present (which therefore cannot be checked itself). At a checkpoint's ``tree_size`` the
+    chain must have the signed head, else the records since the last signed head were
+    re-chained (reported once until the chain is back in step). Returns ``(records scanned,
+    the sequence number after the last one)``.
+    """
+    heads: dict[int, list[Checkpoint]] = {}
+    for cp in cps:
+        if lo <= cp.tree_size <= hi:
+            heads.setdefault(cp.tree_size, []).append(cp)
+    problems = report.problems
+    listed = 0
+    unlisted = 0
+    first_unlisted = 0
+
+    def note(p: Problem) -> None:
+        nonlocal listed, unlisted, first_unlisted
+        if listed < MAX_RECORD_PROBLEMS:
+            problems.append(p)
+            listed += 1
+        else:
+            unlisted += 1
+            first_unlisted = first_unlisted or (p.seq or 0)
+
+    verified_upto = lo - 1
+    resynced_at = 0  # the last record whose stored hash the scan had to take on trust
+    rechain_reported = False
+    expect = lo
+    n_checked = 0
+    for seq, body, stored in store.iter_hashes(chain, lo, hi):
+        at = heads.get(seq)
+        if seq != expect or h is None:
+            if seq != expect:
+                gap = f"record {expect} is missing" if seq == expect + 1 else f"records {expect}..{seq - 1} are missing"
+                note(Problem("record_missing", gap, seq=expect))
+            h = stored  # nothing to chain from: trust the stored hash
+            resynced_at, rechain_reported = seq, False
+            compare_head = True
+        else:
+            c = chain_hash(h, body)
+            compare_head = c == stored  # a broken record is reported once, as altered
+            if compare_head:
+                h = c
+            else:
+                prev = (
+                    f"record {seq - 1}"
+                    if seq - 1 > base_seq
+                    else "the genesis hash"
+                    if base_seq == 0
+                    else f"the anchor of the purge through record {base_seq}"
+                )
+                note(
+                    Problem(
+                        "record_altered",
+                        f"record {seq} does not chain from {prev}: it was modified, inserted or reordered"
+                        + (f", or the hash stored for record {seq - 1} was changed" if seq - 1 > base_seq else ""),
+                        seq=seq,
+                    )
+                )
+                h = at[0].head if at is not None else stored
+                resynced_at, rechain_reported = seq, False
+        if at is not None:
+            if compare_head:
+                for cp in at:
+                    if cp.head == h:
+                        rechain_reported = False
+                    elif not rechain_reported:
+                        since = max(verified_upto + 1, resynced_at)
+                        note(
+                            Problem(
+                                "rechained",
+                                f"records {since}..{seq} do not match the signed head of checkpoint {cp.n}: "
+                                "altered, inserted, removed or reordered and re-chained without the signing key",
+                                seq=since,
+                                checkpoint=cp.n,
+                            )
+                        )
+                        rechain_reported = True
+            verified_upto = seq
+        expect = seq + 1
+        n_checked += 1
+        if progress is not None and not n_checked & 0xFFFF:
+            progress(0x10000)
+    if progress is not None:
+        progress(n_checked & 0xFFFF)
+    if unlisted:
+        problems.append(
+            Problem(
+                "more_problems",
+                f"{unlisted} more broken records from record {first_unlisted} on are not listed "
+                f"(at most {MAX_RECORD_PROBLEMS} are)",
+            )
+        )
+    return n_checked, expect
 
 
 def verify_archive_records(

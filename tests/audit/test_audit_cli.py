@@ -165,3 +165,48 @@ async def test_seal_an_orphaned_chain(sqlite_backend: Backend, key, tmp_path, ca
         report = verify_store(store, [key.public_key()], now_ms=tomorrow)
     assert report.ok, report.to_json()
     assert report.chains[0].closed and report.chains[0].recoveries
+
+
+def _one_line_error(err: str) -> str:
+    assert "Traceback" not in err and "unexpected error" not in err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    return lines[0]
+
+
+async def test_verify_range_past_the_end_is_a_usage_error(populated, capsys) -> None:
+    backend, pem = populated
+    base = ["audit", "verify", "--store", str(backend.path), "--public-key", str(pem)]
+    assert run([*base, "--from", "100000"]) == 2
+    assert "its last record is 12" in _one_line_error(capsys.readouterr().err)
+    assert run([*base, "--from", "12"]) == 0
+    assert "records 12..12" in capsys.readouterr().out
+    backend.sql("DELETE FROM audit_records WHERE seq > 9")  # the closing checkpoint covers 12
+    assert run([*base, "--from", "11"]) == 1
+    assert "truncated" in capsys.readouterr().out
+
+
+async def test_verify_unknown_chain_is_a_usage_error(populated, tmp_path, capsys) -> None:
+    backend, pem = populated
+    assert run(["audit", "verify", "--store", str(backend.path), "--public-key", str(pem), "--chain", "nochain"]) == 2
+    line = _one_line_error(capsys.readouterr().err)
+    assert "'nochain'" in line and "node-a" in line
+    from audit.stores import open_store
+
+    empty = Backend("sqlite", tmp_path / "empty", None)
+    empty.tmp_path.mkdir()
+    with open_store(empty.settings()) as store:
+        store.create_schema()
+    assert run(["audit", "verify", "--store", str(empty.path), "--public-key", str(pem), "--chain", "x"]) == 2
+    assert "the store holds no chain" in _one_line_error(capsys.readouterr().err)
+
+
+async def test_verify_lists_a_chain_that_ends_before_the_range(populated, key, capsys) -> None:
+    backend, pem = populated
+    log = await AuditLog.open(backend.settings(node_id="node-b"), key, start_ticker=False)
+    await log.append(rpc_record_factory()(0))
+    await log.close()
+    assert run(["audit", "verify", "--store", str(backend.path), "--public-key", str(pem), "--from", "5"]) == 0
+    out = capsys.readouterr().out
+    assert "OK   chain node-a: records 5..12" in out
+    assert "OK   chain node-b: no records from 5 on (last record: 1)" in out

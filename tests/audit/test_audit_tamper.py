@@ -8,6 +8,7 @@ import pytest
 from audit_helpers import Backend, FakeClock, rpc_record_factory
 
 from audit.chain import GENESIS, Checkpoint, SignedCheckpoint, chain_hash
+from audit.errors import AuditRangeError, UnknownChainError
 from audit.log import AuditIntegrityError, AuditLog
 from audit.records import canonical_json
 from audit.stores import open_store
@@ -304,3 +305,155 @@ async def test_open_after_purging_everything_signed(backend: Backend, key, clock
     _set_outcome(backend, 6, "ABORTED")
     with pytest.raises(AuditIntegrityError, match="record 6"):
         await AuditLog.open(backend.settings(), key, clock=clock, start_ticker=False)
+
+
+# ---------------------------------------------------------------- ranges and chains
+
+
+@pytest.mark.parametrize(
+    "kw", [{"start": 0}, {"start": -5}, {"end": 0}, {"end": -1}, {"start": 10, "end": 5}, {"start": 2**53}]
+)
+async def test_bad_range_is_a_usage_error(backend: Backend, key, clock, built, kw) -> None:
+    with pytest.raises(AuditRangeError):
+        verify(backend, key, clock, **kw)
+
+
+async def test_range_beyond_the_end_is_a_usage_error_not_tampering(backend: Backend, key, clock, built) -> None:
+    for start in (26, 100_000):
+        with pytest.raises(AuditRangeError, match="its last record is 25"):
+            verify(backend, key, clock, start=start)
+    report = verify(backend, key, clock, start=25, end=100_000)
+    assert report.ok and report.records_checked == 1, report.to_json()
+    # The server's path raises the same error (it answers INVALID_ARGUMENT, records no false result).
+    log = await AuditLog.open(backend.settings(), key, clock=clock, start_ticker=False)
+    with pytest.raises(AuditRangeError, match="its last record is 25"):
+        await log.verify(start=100_000)
+    await log.close()
+
+
+async def test_range_beyond_a_truncated_end_is_truncation(backend: Backend, key, clock, built) -> None:
+    backend.sql("DELETE FROM audit_records WHERE seq > 20")
+    report = verify(backend, key, clock, start=23)  # the closing checkpoint covers 25
+    assert "truncated" in kinds(report) and report.chains[0].first_broken == 21
+    with pytest.raises(AuditRangeError, match="its last record is 20"):
+        verify(backend, key, clock, start=30)  # nothing signed reaches 30
+    backend.sql("DELETE FROM audit_records")
+    report = verify(backend, key, clock, start=5)
+    assert "truncated" in kinds(report) and report.chains[0].first_broken == 1
+    with pytest.raises(AuditRangeError, match="holds no records"):
+        verify(backend, key, clock, start=26)
+
+
+async def test_range_over_several_chains(backend: Backend, key, clock, built) -> None:
+    log = await AuditLog.open(backend.settings(node_id="node-b"), key, clock=clock, start_ticker=False)
+    make = rpc_record_factory(clock)
+    for i in range(5):
+        await log.append(make(i))
+    await log.close()
+    report = verify(backend, key, clock, start=10)
+    assert report.ok, report.to_json()
+    a, b = report.chains
+    assert (a.chain, a.first_seq, a.last_seq, a.records_checked) == ("node-a", 10, 25, 16)
+    assert (b.chain, b.records_checked, b.out_of_range, b.last_record) == ("node-b", 0, True, 5)
+    with pytest.raises(AuditRangeError, match=r"every chain.*node-a: 25, node-b: 5"):
+        verify(backend, key, clock, start=26)
+    with pytest.raises(AuditRangeError, match="'node-b': its last record is 5"):
+        verify(backend, key, clock, chain="node-b", start=10)
+
+
+async def test_unknown_chain_is_an_error(backend: Backend, key, clock, built) -> None:
+    with pytest.raises(UnknownChainError, match=r"'nochain'.*node-a") as exc:
+        verify(backend, key, clock, chain="nochain")
+    assert isinstance(exc.value, LookupError) and exc.value.known == ["node-a"]
+    log = await AuditLog.open(backend.settings(), key, clock=clock, start_ticker=False)
+    with pytest.raises(UnknownChainError):
+        await log.verify(chain="nochain")
+    await log.close()
+
+
+async def test_unknown_chain_in_an_empty_store(backend: Backend, key, clock) -> None:
+    with open_store(backend.settings()) as store:
+        store.create_schema()
+        with pytest.raises(UnknownChainError, match="the store holds no chain"):
+            verify_store(store, [key.public_key()], chain="node-a")
+
+
+# ---------------------------------------------------------------- every problem, not just the first
+
+
+def _edit_request_id(backend: Backend, seq: int) -> None:
+    obj = body_of(backend, seq)
+    obj["request_id"] = f"forged-{seq}"  # not an indexed column: only the chain shows it
+    backend.sql("UPDATE audit_records SET body = ? WHERE seq = ?", (canonical_json(obj), seq))
+
+
+async def test_every_altered_record_is_reported(backend: Backend, key, clock, built) -> None:
+    for seq in (5, 12, 20):  # 20 is signed by checkpoint 3
+        _edit_request_id(backend, seq)
+    report = verify(backend, key, clock)
+    chain = report.chains[0]
+    assert [(p.kind, p.seq) for p in chain.problems] == [("record_altered", s) for s in (5, 12, 20)]
+    assert chain.first_broken == 5 and chain.records_checked == 25 and chain.last_seq == 25
+
+
+async def test_an_altered_stored_hash_names_the_record_and_its_successor(backend: Backend, key, clock, built) -> None:
+    backend.sql("UPDATE audit_records SET hash = ? WHERE seq = 7", (bytes(32),))
+    backend.sql("UPDATE audit_records SET hash = ? WHERE seq = 10", (bytes(32),))  # signed by checkpoint 2
+    report = verify(backend, key, clock)
+    assert [(p.kind, p.seq) for p in report.chains[0].problems] == [
+        ("record_altered", 7),
+        ("record_altered", 8),
+        ("record_altered", 10),  # re-synced to the signed head: record 11 chains again
+    ]
+
+
+async def test_every_gap_is_reported(backend: Backend, key, clock, built) -> None:
+    backend.sql("DELETE FROM audit_records WHERE seq = 8 OR seq = 15 OR seq = 16")
+    _edit_request_id(backend, 22)
+    report = verify(backend, key, clock)
+    chain = report.chains[0]
+    assert [(p.kind, p.seq) for p in chain.problems] == [
+        ("record_missing", 8),
+        ("record_missing", 15),
+        ("record_altered", 22),
+    ]
+    assert "records 15..16 are missing" in chain.problems[1].message
+    assert chain.first_broken == 8 and chain.records_checked == 22
+
+
+async def test_rechained_forgery_is_reported_once_and_later_breaks_still_show(
+    backend: Backend, key, clock, built
+) -> None:
+    rows = backend.sql("SELECT seq, body FROM audit_records WHERE chain = ? AND seq <= 12 ORDER BY seq", (CHAIN,))
+    h = GENESIS
+    for seq, body in rows:  # re-chain 3..12 after editing 3; 13 no longer chains
+        obj = json.loads(bytes(body))
+        if seq == 3:
+            obj["request_id"] = "scapegoat"
+        new = canonical_json(obj)
+        h = chain_hash(h, new)
+        backend.sql("UPDATE audit_records SET body = ?, hash = ? WHERE seq = ?", (new, h, seq))
+    _edit_request_id(backend, 18)
+    report = verify(backend, key, clock)
+    assert [(p.kind, p.seq) for p in report.chains[0].problems] == [
+        ("rechained", 1),  # the head at 10 is not the signed one
+        ("record_altered", 13),
+        ("record_altered", 18),
+    ]
+
+
+async def test_problems_are_capped(backend: Backend, key, clock, built, monkeypatch) -> None:
+    import audit.verify
+
+    monkeypatch.setattr(audit.verify, "MAX_RECORD_PROBLEMS", 2)
+    for seq in (5, 12, 18, 21):
+        _edit_request_id(backend, seq)
+    report = verify(backend, key, clock)
+    chain = report.chains[0]
+    assert [(p.kind, p.seq) for p in chain.problems] == [
+        ("record_altered", 5),
+        ("record_altered", 12),
+        ("more_problems", None),
+    ]
+    assert "2 more broken records from record 18 on" in chain.problems[2].message
+    assert chain.first_broken == 5 and chain.records_checked == 25
