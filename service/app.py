@@ -22,6 +22,7 @@ from audit import AuditError, AuditLog, ContentCapture, EventType
 from engine_backends.builtin_models import builtin_models
 from engine_backends.platforms import PlatformProfile, resolve_device
 from engine_backends.vllm_engine import VllmEngine
+from service import metrics
 from service.audit_trail import AuditTrail
 from service.auth import Authenticator, load_token_file
 from service.config import Settings
@@ -239,6 +240,7 @@ class Server:
         audit = await open_audit(settings)
         runtime = Runtime(settings)
         runtime.audit = audit
+        metrics.ENGINE_LOAD.source = runtime.ready_engines
         await audit.event(
             EventType.START,
             version=server_version(),

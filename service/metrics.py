@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-from prometheus_client import Counter, Gauge, Histogram
+from collections.abc import Callable, Iterator, Sequence
+
+from prometheus_client import REGISTRY, Counter, Gauge, Histogram
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from engine_backends.protocol import Engine
 
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 _TOKEN_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5)
@@ -27,6 +33,37 @@ PROMPT_TOKENS = Counter("xinserve_prompt_tokens", "Prompt tokens processed, by m
 GENERATION_TOKENS = Counter("xinserve_generation_tokens", "Tokens generated, by model.", ["model"])
 IN_FLIGHT = Gauge("xinserve_in_flight_requests", "Inference calls admitted and running.")
 QUEUE_LENGTH = Gauge("xinserve_queue_length", "Inference calls waiting for admission.")
-ENGINE_RUNNING = Gauge("xinserve_engine_running_requests", "Requests running in the engine, by model.", ["model"])
-ENGINE_WAITING = Gauge("xinserve_engine_waiting_requests", "Requests queued in the engine, by model.", ["model"])
-KV_CACHE_USAGE = Gauge("xinserve_kv_cache_usage_ratio", "Fraction of the KV cache in use, by model.", ["model"])
+
+
+class EngineLoadCollector(Collector):
+    """Per-model engine load, read from the engines when Prometheus scrapes.
+
+    ``xinserve_engine_running_requests``, ``xinserve_engine_waiting_requests`` and
+    ``xinserve_kv_cache_usage_ratio`` (0..1), labelled ``model``: the same figures as
+    ``ServerService.GetLoad`` (``Engine.load()``), for every model that is ready.
+    """
+
+    def __init__(self) -> None:
+        self.source: Callable[[], Sequence[tuple[str, Engine]]] = list
+
+    def collect(self) -> Iterator[Metric]:
+        running = GaugeMetricFamily(
+            "xinserve_engine_running_requests", "Requests running in the engine, by model.", labels=["model"]
+        )
+        waiting = GaugeMetricFamily(
+            "xinserve_engine_waiting_requests", "Requests queued in the engine, by model.", labels=["model"]
+        )
+        usage = GaugeMetricFamily(
+            "xinserve_kv_cache_usage_ratio", "Fraction of the KV cache in use, by model.", labels=["model"]
+        )
+        for name, engine in self.source():
+            load = engine.load()
+            running.add_metric([name], load.running)
+            waiting.add_metric([name], load.waiting)
+            usage.add_metric([name], load.kv_cache_usage)
+        yield from (running, waiting, usage)
+
+
+ENGINE_LOAD = EngineLoadCollector()
+"""Set ``ENGINE_LOAD.source`` to the runtime's ready engines (``Runtime.ready_engines``)."""
+REGISTRY.register(ENGINE_LOAD)

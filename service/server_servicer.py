@@ -5,7 +5,6 @@ from __future__ import annotations
 import importlib.metadata
 import platform
 
-from service import metrics
 from service.runtime import Runtime
 from service.status import not_found
 from xinserve.v1 import server_pb2, server_pb2_grpc
@@ -66,14 +65,11 @@ class ServerServicer(server_pb2_grpc.ServerServiceServicer):
                 raise not_found("model", request.model, "MODEL_NOT_FOUND")
         running = waiting = 0
         usage = 0.0
-        for name, engine in engines:
+        for _, engine in engines:
             load = engine.load()
             running += load.running
             waiting += load.waiting
             usage = max(usage, load.kv_cache_usage)
-            metrics.ENGINE_RUNNING.labels(name).set(load.running)
-            metrics.ENGINE_WAITING.labels(name).set(load.waiting)
-            metrics.KV_CACHE_USAGE.labels(name).set(load.kv_cache_usage)
         adm = self._rt.admission
         return server_pb2.GetLoadResponse(
             running=running, waiting=waiting, kv_cache_usage=usage, in_flight=adm.in_flight, queued=adm.queued

@@ -58,3 +58,25 @@ async def test_generate_counts_in_both_xinserve_and_vllm_metrics(api):
             break
         await asyncio.sleep(0.1)
     assert got == want
+
+
+async def test_engine_load_is_exported_per_model_without_anyone_calling_getload(api):
+    # Before the fix these gauges were only set as a side effect of ServerService.GetLoad,
+    # so a scrape showed HELP/TYPE lines and no samples.
+    idle = _scrape()
+    assert {s.labels["model"] for s in idle["xinserve_engine_running_requests"]} >= {TINY, MINILM}
+    assert {s.labels["model"] for s in idle["xinserve_kv_cache_usage_ratio"]} >= {TINY, MINILM}
+    request = inference_pb2.GenerateRequest(
+        model=TINY,
+        prompt="keep going",
+        sampling_params=sampling_pb2.SamplingParams(max_tokens=200, ignore_eos=True, temperature=0.0),
+    )
+    call = api.inference.GenerateStream(request)
+    try:
+        await call.read()  # the first tokens: the request is running in the engine
+        busy = _scrape()
+    finally:
+        call.cancel()
+    assert _value(busy["xinserve_engine_running_requests"], "xinserve_engine_running_requests", model=TINY) >= 1
+    (kv,) = [s.value for s in busy["xinserve_kv_cache_usage_ratio"] if s.labels["model"] == TINY]
+    assert 0.0 <= kv <= 1.0
