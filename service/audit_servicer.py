@@ -12,7 +12,7 @@ import time
 
 import grpc
 
-from audit import AuditConfigError, QueryFilter
+from audit import AuditConfigError, EventType, QueryFilter
 from audit.records import MAX_SAFE_INT
 from audit.verify import ChainReport, VerifyReport
 from service.audit_trail import AuditTrail
@@ -22,6 +22,8 @@ from service.status import RpcError
 from service.validation import Violations
 from xinserve.v1 import audit_pb2, audit_pb2_grpc
 
+_OUTCOMES = frozenset(code.name for code in grpc.StatusCode)
+_EVENTS = frozenset(e.value for e in EventType)
 _DEFAULT_LIMIT = 10_000
 _MAX_LIMIT = 100_000
 _EXPORT_CHUNK_BYTES = 256 * 1024
@@ -42,6 +44,11 @@ def _filter(request) -> QueryFilter:
     for name in ("principal", "method", "outcome", "event"):
         if len(getattr(f, name)) > 512:
             v.add(f"filter.{name}", "is longer than 512 characters")
+    # A typo must not read as "no such records": outcome and event are closed sets.
+    if f.outcome and f.outcome not in _OUTCOMES:
+        v.add("filter.outcome", "must be a gRPC status code name such as OK or PERMISSION_DENIED")
+    if f.event and f.event not in _EVENTS:
+        v.add("filter.event", f"must be one of: {', '.join(sorted(_EVENTS))}")
     v.raise_if_any()
     flt = QueryFilter(
         since_ms=since,

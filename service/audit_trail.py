@@ -88,7 +88,7 @@ class AuditTrail:
         record = AuditRecord(
             event=event_of(info.method),
             outcome=code.name,
-            principal=info.principal.name,
+            principal=info.principal.name or None,
             auth_method=info.principal.auth_method,
             cert_fingerprint=info.principal.cert_fingerprint,
             peer=info.peer or None,

@@ -36,8 +36,6 @@ class CallInfo:
     request_id: str | None
     trace_id: str | None
     principal: Principal = ANONYMOUS
-    sent_request_id: str | None = None
-    """``x-request-id`` metadata exactly as sent; calls that take a request id refuse a bad one."""
     started: float = field(default_factory=time.monotonic)
     model: str | None = None
     prompt_tokens: int = 0
@@ -48,6 +46,8 @@ class CallInfo:
     output_parts: dict[int, list[str]] = field(default_factory=dict)
     """Generated text per completion index, for the audit digest."""
     audit_detail: dict[str, str | int | bool] = field(default_factory=dict)
+    completed: bool = False
+    """Set once the call's outcome is recorded: a cancellation arriving later adds no second record."""
 
     def output_text(self) -> str | None:
         """All completions' text, in index order, separated by U+001E (record separator)."""

@@ -55,7 +55,7 @@ class InferenceServicer(inference_pb2_grpc.InferenceServiceServicer):
         v = Violations()
         info = call()
         check_model_name(request.model, v)
-        rid = resolve_request_id(request.request_id, info.sent_request_id, v)
+        rid = resolve_request_id(request.request_id, info.request_id, v)
         info.request_id = rid
         info.model = request.model or None
         messages = None
@@ -216,7 +216,7 @@ class InferenceServicer(inference_pb2_grpc.InferenceServiceServicer):
         v = Violations()
         info = call()
         check_model_name(request.model, v)
-        rid = resolve_request_id(request.request_id, info.sent_request_id, v)
+        rid = resolve_request_id(request.request_id, info.request_id, v)
         info.request_id = rid
         info.model = request.model or None
         if not request.inputs:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import re
 import time
+import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack
 from typing import Any
@@ -24,16 +25,17 @@ import structlog
 from engine_backends.errors import EngineError
 from service import metrics
 from service.auth import AuthenticationFailed, Authenticator
-from service.call_context import CallInfo, current_call
+from service.call_context import CallInfo, Principal, current_call
 from service.logs import get_logger
 from service.runtime import Runtime
 from service.status import FieldViolation, RpcError, from_engine_error, invalid_argument
-from service.validation import REQUEST_ID
+from service.validation import REQUEST_ID, REQUEST_ID_RULE
 
 log = get_logger("xinserve.call")
 
 _OWN_PREFIX = "/xinserve.v1."
-_TRACEPARENT = re.compile(r"^[0-9a-f]{2}-([0-9a-f]{32})-[0-9a-f]{16}-[0-9a-f]{2}$")
+_TRACEPARENT = re.compile(r"^([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-[0-9a-f]{2}$")
+_MAX_UNKNOWN_METHOD_CHARS = 256
 # Roles allowed per service; "*" = any authenticated (or anonymous, if auth is optional) caller.
 _ROLES: dict[str, frozenset[str]] = {
     "xinserve.v1.InferenceService": frozenset({"user", "admin"}),
@@ -76,23 +78,28 @@ def _tolerant(deserializer: Callable[[bytes], Any] | None) -> Callable[[bytes], 
     return parse
 
 
-def _metadata(context: grpc.aio.ServicerContext) -> dict[str, str]:
+def _metadata(context: grpc.aio.ServicerContext) -> tuple[dict[str, str], int]:
+    """The text metadata (first value per key) and how many ``authorization`` entries came."""
     out: dict[str, str] = {}
+    authorizations = 0
     for item in context.invocation_metadata() or ():
         key, value = item
+        if key == "authorization":
+            authorizations += 1
         if isinstance(value, str) and key not in out:
             out[key] = value
-    return out
+    return out, authorizations
 
 
 def trace_id_from(traceparent: str | None) -> str | None:
-    """The trace id of a W3C ``traceparent`` header, or None if absent or malformed."""
+    """The trace id of a W3C Trace Context ``traceparent`` header (version 00 layout; version
+    ``ff`` and all-zero ids are invalid, W3C Trace Context §3.2.2), or None if absent or invalid."""
     if not traceparent:
         return None
     m = _TRACEPARENT.match(traceparent.strip().lower())
-    if not m or m.group(1) == "0" * 32:
+    if not m or m.group(1) == "ff" or m.group(2) == "0" * 32 or m.group(3) == "0" * 16:
         return None
-    return m.group(1)
+    return m.group(2)
 
 
 class CallPipeline(grpc.aio.ServerInterceptor):
@@ -109,7 +116,9 @@ class CallPipeline(grpc.aio.ServerInterceptor):
     ) -> grpc.RpcMethodHandler:
         handler = await continuation(handler_call_details)
         method = handler_call_details.method
-        if handler is None or not method.startswith(_OWN_PREFIX):
+        if handler is None:
+            return grpc.stream_stream_rpc_method_handler(self._unknown_method(method))
+        if not method.startswith(_OWN_PREFIX):
             return handler
         deserializer = _tolerant(handler.request_deserializer)
         if handler.unary_unary is not None:
@@ -128,23 +137,37 @@ class CallPipeline(grpc.aio.ServerInterceptor):
 
     # -- steps -------------------------------------------------------------------------
 
-    async def _enter(self, method: str, context: grpc.aio.ServicerContext, stack: AsyncExitStack) -> CallInfo:
-        md = _metadata(context)
+    def _identify(self, method: str, context: grpc.aio.ServicerContext) -> tuple[CallInfo, bool]:
+        """Start the call's record: request id, trace id, peer, then who is calling. Returns
+        the call and whether its ``x-request-id`` (if sent) is valid; a generated id replaces
+        an absent or invalid one.
+
+        Raises:
+            RpcError: UNAUTHENTICATED (the call's principal then says which credential failed).
+        """
+        md, authorizations = _metadata(context)
         rid = md.get("x-request-id")
         info = CallInfo(
             method=method,
             peer=context.peer() or "",
-            request_id=rid if rid and REQUEST_ID.match(rid) else None,
+            request_id=rid if rid and REQUEST_ID.match(rid) else uuid.uuid4().hex,
             trace_id=trace_id_from(md.get("traceparent")),
-            sent_request_id=rid,
         )
         current_call.set(info)
         structlog.contextvars.bind_contextvars(request_id=info.request_id, trace_id=info.trace_id)
         try:
+            if authorizations > 1:
+                raise AuthenticationFailed("more than one authorization header")
             auth_context = {k: list(v) for k, v in (context.auth_context() or {}).items()}
             info.principal = self._auth.authenticate(md.get("authorization"), auth_context)
         except AuthenticationFailed as exc:
+            if authorizations:  # a token was presented and refused: not the same as no credentials
+                info.principal = Principal("", "token", frozenset())
             raise RpcError(grpc.StatusCode.UNAUTHENTICATED, str(exc), "UNAUTHENTICATED") from None
+        return info, rid is None or info.request_id == rid
+
+    async def _enter(self, method: str, context: grpc.aio.ServicerContext, stack: AsyncExitStack) -> CallInfo:
+        info, request_id_ok = self._identify(method, context)
         service = method[1:].split("/", 1)[0]
         allowed = _ROLES.get(service, frozenset())
         if info.principal.auth_method == "anonymous" and service in _NO_ANONYMOUS:
@@ -157,6 +180,8 @@ class CallPipeline(grpc.aio.ServerInterceptor):
                 f"principal lacks a role for {service} (needs one of {', '.join(sorted(allowed))})",
                 "PERMISSION_DENIED",
             )
+        if not request_id_ok:
+            raise invalid_argument([FieldViolation("x-request-id", REQUEST_ID_RULE)])
         if method in _ADMITTED:
             if self._runtime.audit is not None:
                 self._runtime.audit.check_writable()
@@ -182,16 +207,23 @@ class CallPipeline(grpc.aio.ServerInterceptor):
     async def _complete(self, info: CallInfo, code: grpc.StatusCode, message: str | None = None) -> None:
         """Metrics, the call's log line, and its audit record (durable before the call completes).
 
+        Once per call: a cancellation that arrives while the outcome is being recorded (the
+        client gave up just as the call finished) adds nothing.
+
         Raises:
             RpcError: UNAVAILABLE when the audit record cannot be written (fail-closed).
         """
+        if info.completed:
+            return
+        info.completed = True
         self._observe(info, code, message)
         if self._runtime.audit is not None:
             await self._runtime.audit.record_call(info, code)
 
     def _observe(self, info: CallInfo, code: grpc.StatusCode, message: str | None) -> None:
         elapsed = time.monotonic() - info.started
-        short = info.method.rsplit("/", 1)[-1]
+        # A method name the client made up must not become a metric label (unbounded series).
+        short = info.method.rsplit("/", 1)[-1] if code != grpc.StatusCode.UNIMPLEMENTED else "unknown"
         metrics.REQUESTS.labels(short, code.name).inc()
         metrics.REQUEST_DURATION.labels(short).observe(elapsed)
         metrics.IN_FLIGHT.set(self._runtime.admission.in_flight)
@@ -257,6 +289,26 @@ class CallPipeline(grpc.aio.ServerInterceptor):
         except RpcError as audit_err:
             return audit_err
         return err
+
+    def _unknown_method(self, method: str):
+        """A handler for a method no service implements: UNIMPLEMENTED, audited like any call
+        (who probed for what), for every call shape (it never reads the request stream)."""
+        shown = method[:_MAX_UNKNOWN_METHOD_CHARS]
+
+        async def refuse(request_iterator: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+            try:
+                info, _ = self._identify(shown, context)
+                err = RpcError(grpc.StatusCode.UNIMPLEMENTED, f"no such method: {shown}", "UNIMPLEMENTED")
+            except RpcError as refused:
+                info, err = current_call.get() or CallInfo(shown, "", None, None), refused
+            try:
+                await self._complete(info, err.code, err.message)
+            except RpcError as audit_err:
+                err = audit_err
+            await err.abort(context)
+            yield  # unreachable: makes this an async generator, as a stream-stream handler is
+
+        return refuse
 
     def _wrap_unary(self, method: str, behavior: Callable[..., Awaitable[Any]]):
         async def wrapped(request: Any, context: grpc.aio.ServicerContext) -> Any:

@@ -17,6 +17,7 @@ from service.status import FieldViolation, invalid_argument
 from xinserve.v1 import sampling_pb2
 
 REQUEST_ID = re.compile(r"^[\x21-\x7e]{1,128}$")
+REQUEST_ID_RULE = "must be 1..128 printable ASCII characters without spaces"
 """A request id: 1..128 printable ASCII characters, no spaces."""
 _CHAT_ROLES = frozenset({"system", "user", "assistant", "tool"})
 _INT64_MAX = 2**63 - 1
@@ -36,15 +37,14 @@ class Violations:
             raise invalid_argument(self.items)
 
 
-def resolve_request_id(given: str, metadata_id: str | None, v: Violations) -> str:
-    """The request's id: the field, else ``x-request-id`` metadata, else a new UUID4 hex."""
-    for candidate, field in ((given, "request_id"), (metadata_id, "x-request-id")):
-        if candidate:
-            if not REQUEST_ID.match(candidate):
-                v.add(field, "must be 1..128 printable ASCII characters without spaces")
-                return uuid.uuid4().hex
-            return candidate
-    return uuid.uuid4().hex
+def resolve_request_id(given: str, call_id: str | None, v: Violations) -> str:
+    """The request's id: the ``request_id`` field if set, else the call's id (the
+    ``x-request-id`` metadata, which the call pipeline has validated, or one it generated)."""
+    if given:
+        if REQUEST_ID.match(given):
+            return given
+        v.add("request_id", REQUEST_ID_RULE)
+    return call_id or uuid.uuid4().hex
 
 
 def check_model_name(name: str, v: Violations, field: str = "model") -> None:

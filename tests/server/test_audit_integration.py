@@ -321,3 +321,91 @@ async def test_full_audit_disk_fails_closed_then_recovers(live_server, tiny_fs):
             else:
                 pytest.fail("the server did not recover after the audit disk had room again")
     await audit_log.close()
+
+
+async def test_cancelled_auditor_stream_has_exactly_one_record(live_server, tokens):
+    # Before the fix, a cancel that arrived while the finished stream's OK record was being
+    # written produced a second, CANCELLED record for the same call (13 of 20 tries).
+    overrides = {"listen": {"plaintext": ["127.0.0.1:0"]}, "auth": {"token_file": str(tokens)}}
+    since = int(time.time() * 1000) - 1000
+    ids = [f"cancel-query-{i}-{uuid.uuid4().hex[:8]}" for i in range(20)]
+    async with extra_frontend(live_server, overrides, audit=live_server.runtime.audit) as (_, _, port):
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            svc = audit_pb2_grpc.AuditServiceStub(channel)
+            few = audit_pb2.QueryRecordsRequest(filter=audit_pb2.AuditFilter(limit=3))
+            for rid in ids:
+                metadata = (("authorization", f"Bearer {AUDITOR}"), ("x-request-id", rid))
+                call = svc.QueryRecords(few, metadata=metadata)
+                await call.read()
+                call.cancel()
+    await asyncio.sleep(0.5)  # a second record, if any, is written right after the cancel
+    rows = await live_server.runtime.audit.log.query(QueryFilter(since_ms=since, event="auditor_query"))
+    counts: dict[str, int] = {}
+    for row in rows:
+        rid = decode_record(row.body)[2].request_id
+        counts[rid] = counts.get(rid, 0) + 1
+    assert {rid: counts.get(rid, 0) for rid in ids} == dict.fromkeys(ids, 1)
+
+
+async def test_every_call_gets_a_request_id_and_a_bad_one_is_refused_everywhere(live_server, tokens):
+    overrides = {"listen": {"plaintext": ["127.0.0.1:0"]}, "auth": {"token_file": str(tokens)}}
+    since = int(time.time() * 1000) - 1000
+    async with extra_frontend(live_server, overrides, audit=live_server.runtime.audit) as (_, _, port):
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            api = stubs(channel)
+            user = (("authorization", f"Bearer {USER}"),)
+            tokenize = inference_pb2.TokenizeRequest(model=TINY, text="id me")
+            # Before the fix these calls dropped a bad x-request-id silently.
+            bad_calls = (
+                api.inference.Tokenize(tokenize, metadata=(*user, ("x-request-id", "has space"))),
+                audit_pb2_grpc.AuditServiceStub(channel).GetLatestCheckpoint(
+                    audit_pb2.GetLatestCheckpointRequest(),
+                    metadata=(("authorization", f"Bearer {AUDITOR}"), ("x-request-id", "y" * 129)),
+                ),
+            )
+            for bad in bad_calls:
+                with pytest.raises(grpc.aio.AioRpcError) as err:
+                    await bad
+                assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+                assert set(field_violations(err.value)) == {"x-request-id"}
+            await api.inference.Tokenize(tokenize, metadata=user)  # no id sent: one is generated
+    rows = await live_server.runtime.audit.log.query(
+        QueryFilter(since_ms=since, method="/xinserve.v1.InferenceService/Tokenize", outcome="OK")
+    )
+    (record,) = [decode_record(r.body)[2] for r in rows if decode_record(r.body)[2].principal == "svc-user"]
+    assert record.request_id is not None and len(record.request_id) == 32
+
+
+async def test_unknown_method_is_unimplemented_and_audited(live_server):
+    since = int(time.time() * 1000) - 1000
+    async with grpc.aio.insecure_channel(live_server.target) as channel:
+        probe = channel.unary_unary("/xinserve.v1.AuditService/DropAllRecords")
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await probe(b"", metadata=(("x-request-id", "probe-1"),))
+        assert err.value.code() == grpc.StatusCode.UNIMPLEMENTED
+        stream_probe = channel.stream_stream("/no.such.Service/Anything")
+        call = stream_probe(metadata=(("x-request-id", "probe-2"),))
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await call.read()
+        assert err.value.code() == grpc.StatusCode.UNIMPLEMENTED
+    rows = await live_server.runtime.audit.log.query(QueryFilter(since_ms=since, outcome="UNIMPLEMENTED"))
+    by_id = {r.request_id: r for r in (decode_record(row.body)[2] for row in rows)}
+    assert by_id["probe-1"].method == "/xinserve.v1.AuditService/DropAllRecords"
+    assert by_id["probe-2"].method == "/no.such.Service/Anything"
+
+
+async def test_filter_typos_are_refused_not_answered_with_nothing(live_server, tokens):
+    # Before the fix, outcome "ok" or event "bogus" silently matched no record.
+    overrides = {"listen": {"plaintext": ["127.0.0.1:0"]}, "auth": {"token_file": str(tokens)}}
+    async with extra_frontend(live_server, overrides, audit=live_server.runtime.audit) as (_, _, port):
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            svc = audit_pb2_grpc.AuditServiceStub(channel)
+            auditor = (("authorization", f"Bearer {AUDITOR}"),)
+            flt = audit_pb2.AuditFilter(outcome="ok", event="bogus")
+            with pytest.raises(grpc.aio.AioRpcError) as err:
+                _ = [r async for r in svc.QueryRecords(audit_pb2.QueryRecordsRequest(filter=flt), metadata=auditor)]
+            assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+            assert set(field_violations(err.value)) == {"filter.outcome", "filter.event"}
+            good = audit_pb2.AuditFilter(outcome="OK", event="config_loaded")
+            rows = [r async for r in svc.QueryRecords(audit_pb2.QueryRecordsRequest(filter=good), metadata=auditor)]
+            assert rows and all(r.event == "config_loaded" for r in rows)

@@ -186,6 +186,7 @@ async def _stream_until_killed(server: ServerProcess, kill_after: int) -> tuple[
     return list(completed), children
 
 
+@pytest.mark.timeout(2400)  # four server starts; each can take minutes on a loaded 2-core machine
 async def test_kill_9_under_streaming_load_loses_no_completed_call(tmp_path):
     server = ServerProcess(tmp_path)
     public_key = str(server.data / "keys" / "server-sm2.pub.pem")

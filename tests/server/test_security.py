@@ -175,3 +175,38 @@ async def test_only_the_owner_may_abort(live_server, token_file):
             mine = await api.inference.Abort(inference_pb2.AbortRequest(request_id="owned-1"), metadata=owner)
             assert mine.aborted is True
             call.cancel()
+
+
+async def test_refused_tokens_are_recorded_as_such_and_two_headers_are_refused(live_server, token_file):
+    from audit import QueryFilter, decode_record
+
+    overrides = {"listen": {"plaintext": ["127.0.0.1:0"]}, "auth": {"token_file": str(token_file)}}
+    since = int(time.time() * 1000) - 1000
+    async with extra_frontend(live_server, overrides, audit=live_server.runtime.audit) as (_, _, port):
+        target = f"127.0.0.1:{port}"
+        guessed = await code_of(
+            call_with(target, None, (("authorization", "Bearer guessed-0000"), ("x-request-id", "guess-1")))
+        )
+        assert guessed == grpc.StatusCode.UNAUTHENTICATED
+        # Before the fix the first header won and the second was ignored: an ambiguous request.
+        both = (("authorization", f"Bearer {GOOD}"), ("authorization", "Bearer junk"), ("x-request-id", "two-1"))
+        assert await code_of(call_with(target, None, both)) == grpc.StatusCode.UNAUTHENTICATED
+        assert await code_of(call_with(target, None, (("x-request-id", "anon-1"),))) == grpc.StatusCode.OK
+    rows = await live_server.runtime.audit.log.query(QueryFilter(since_ms=since))
+    by_id = {r.request_id: r for r in (decode_record(row.body)[2] for row in rows) if r.request_id}
+    # Before the fix a refused token was recorded as "anonymous", like a call without credentials.
+    assert (by_id["guess-1"].principal, by_id["guess-1"].auth_method) == (None, "token")
+    assert by_id["guess-1"].outcome == "UNAUTHENTICATED"
+    assert by_id["two-1"].outcome == "UNAUTHENTICATED"
+    assert (by_id["anon-1"].principal, by_id["anon-1"].auth_method) == ("anonymous", "anonymous")
+
+
+async def test_traceparent_follows_w3c_trace_context():
+    from service.interceptors import trace_id_from
+
+    tid = "4bf92f3577b34da6a3ce929d0e0e4736"
+    assert trace_id_from(f"00-{tid}-00f067aa0ba902b7-01") == tid
+    assert trace_id_from(f"ff-{tid}-00f067aa0ba902b7-01") is None  # version ff is invalid (was accepted)
+    assert trace_id_from(f"00-{'0' * 32}-00f067aa0ba902b7-01") is None
+    assert trace_id_from(f"00-{tid}-{'0' * 16}-01") is None  # all-zero parent id is invalid (was accepted)
+    assert trace_id_from("garbage") is None
