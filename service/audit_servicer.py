@@ -12,13 +12,13 @@ import time
 
 import grpc
 
-from audit import AuditConfigError, EventType, QueryFilter
+from audit import AuditConfigError, AuditRangeError, EventType, QueryFilter, UnknownChainError
 from audit.records import MAX_SAFE_INT
 from audit.verify import ChainReport, VerifyReport
 from service.audit_trail import AuditTrail
 from service.call_context import call
 from service.runtime import Runtime
-from service.status import RpcError
+from service.status import FieldViolation, RpcError, invalid_argument, not_found
 from service.validation import Violations
 from xinserve.v1 import audit_pb2, audit_pb2_grpc
 
@@ -149,6 +149,10 @@ class AuditServicer(audit_pb2_grpc.AuditServiceServicer):
             )
         except AuditConfigError as exc:
             raise RpcError(grpc.StatusCode.FAILED_PRECONDITION, str(exc), "AUDIT_NO_VERIFY_KEY") from None
+        except UnknownChainError as exc:
+            raise not_found("chain", request.chain, "AUDIT_CHAIN_NOT_FOUND") from exc
+        except AuditRangeError as exc:  # past the end of the chain: a usage error, not tampering
+            raise invalid_argument([FieldViolation("from_seq", str(exc))]) from None
         detail["verified_ok"] = report.ok
         detail["records_checked"] = report.records_checked
         broken = [c for c in report.chains if not c.ok]

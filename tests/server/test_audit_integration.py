@@ -223,6 +223,14 @@ async def test_verify_log_rpc_reports_a_modified_record_and_is_recorded(live_ser
                 assert not bad.ok
                 assert bad.chains[0].first_broken_seq == row.seq
                 assert any(p.seq == row.seq for p in bad.chains[0].problems)
+                # A typo'd chain, or a range past the end, is the caller's mistake, not a verdict.
+                for request, code in (
+                    (audit_pb2.VerifyLogRequest(chain="no-such-node"), grpc.StatusCode.NOT_FOUND),
+                    (audit_pb2.VerifyLogRequest(from_seq=100_000), grpc.StatusCode.INVALID_ARGUMENT),
+                ):
+                    with pytest.raises(grpc.aio.AioRpcError) as err:
+                        await svc.VerifyLog(request, metadata=auditor)
+                    assert err.value.code() == code, err.value.details()
     finally:
         await audit_log.close()
 
@@ -234,6 +242,8 @@ async def test_verify_log_rpc_reports_a_modified_record_and_is_recorded(live_ser
         ("INVALID_ARGUMENT", None),
         ("OK", True),
         ("OK", False),
+        ("NOT_FOUND", None),
+        ("INVALID_ARGUMENT", None),
     ]
     assert results[4][1]["first_broken"] == f"verify-node:{row.seq}"
 
