@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 import time
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from audit.errors import AuditConfigError, AuditEncodingError, AuditRangeError, AuditStoreError, UnknownChainError
+from audit.records import MAX_SAFE_INT
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_ENV = 0, 1, 2, 3
 DEFAULT_STORE = "/var/lib/xinserve/audit/audit.db"
@@ -56,8 +58,13 @@ def add_commands(subparsers: Any) -> None:
         metavar="PEM",
         help="trusted SM2 public key (PEM) of the server; repeat for rotated keys (required)",
     )
-    v.add_argument("--from", dest="start", type=int, help="first record (sequence number) to check")
-    v.add_argument("--to", dest="end", type=int, help="last record to check")
+    v.add_argument(
+        "--from",
+        dest="start",
+        type=int,
+        help="first record (sequence number, >= 1) to check; past a chain's last record is an error",
+    )
+    v.add_argument("--to", dest="end", type=int, help="last record to check (>= --from)")
     v.add_argument(
         "--anchor",
         action="append",
@@ -82,13 +89,13 @@ def add_commands(subparsers: Any) -> None:
         "no offset) or epoch milliseconds.",
     )
     store_arg(e)
-    e.add_argument("--since", help="records at or after this time")
-    e.add_argument("--until", help="records before this time")
+    e.add_argument("--since", help="records at or after this time (not before 1970)")
+    e.add_argument("--until", help="records before this time (not before --since)")
     e.add_argument("--principal", help="subject (authenticated principal)")
     e.add_argument("--method", help="full gRPC method, e.g. /xinserve.v1.InferenceService/Generate")
-    e.add_argument("--outcome", help="gRPC status code name, e.g. OK, PERMISSION_DENIED")
-    e.add_argument("--event", help="event type, e.g. rpc, model_loaded")
-    e.add_argument("--limit", type=int)
+    e.add_argument("--outcome", help="gRPC status code name (grpc.StatusCode), e.g. OK, PERMISSION_DENIED; any case")
+    e.add_argument("--event", help="event type, e.g. rpc, model_loaded (see docs/audit.md)")
+    e.add_argument("--limit", type=int, help="at most this many records (>= 1)")
     e.add_argument(
         "--checkpoints",
         action="store_true",
@@ -117,9 +124,9 @@ def add_commands(subparsers: Any) -> None:
 
     t = sub.add_parser("tail", help="show the latest records; -f to follow")
     store_arg(t)
-    t.add_argument("-n", "--lines", type=int, default=20, help="how many recent records (default 20)")
+    t.add_argument("-n", "--lines", type=int, default=20, help="how many recent records (default 20; 0 with -f)")
     t.add_argument("-f", "--follow", action="store_true", help="keep printing new records")
-    t.add_argument("--interval", type=float, default=1.0, help="poll interval with -f, seconds")
+    t.add_argument("--interval", type=float, default=1.0, help="poll interval with -f, seconds (0 < s <= 3600)")
     t.set_defaults(func=_run_tail)
 
 
@@ -180,6 +187,7 @@ def _run_verify(args: argparse.Namespace) -> int:
     from audit.query import format_time_ms
     from audit.verify import verify_store
 
+    _check_record_range(args.start, args.end)
     keys = _load_keys(args.public_key)
     if args.archive is not None:
         from audit.config import parse_sm4_key
@@ -306,18 +314,46 @@ def _progress(args: argparse.Namespace) -> Any:
     return tqdm(unit=" records", unit_scale=True, desc="verifying", file=sys.stderr)
 
 
+def _check_record_range(start: int | None, end: int | None) -> None:
+    """``--from``/``--to``: record numbers ``1..2**53-1``, ``--from <= --to`` (``AuditRangeError``)."""
+    for flag, value in (("--from", start), ("--to", end)):
+        if value is not None and not 1 <= value <= MAX_SAFE_INT:
+            raise AuditRangeError(f"{flag} must be a record number from 1 to {MAX_SAFE_INT} (got {value})")
+    if start is not None and end is not None and start > end:
+        raise AuditRangeError(f"--from {start} is after --to {end}")
+
+
+def _flag(flag: str, parse: Callable[[str], Any], text: str | None) -> Any:
+    """``parse(text)`` for an option that was given, its message prefixed with the option."""
+    if text is None:
+        return None
+    try:
+        return parse(text)
+    except AuditConfigError as exc:
+        raise AuditConfigError(f"{flag}: {exc}") from None
+
+
 def _filter(args: argparse.Namespace, **kw: Any) -> Any:
-    from audit.query import parse_time_ms
+    """The ``QueryFilter`` of the command's options; ``AuditConfigError`` (exit 2) for a bad one.
+
+    Times must lie in ``0..2**53-1`` ms with ``--since <= --until``; ``--event`` must be an
+    ``EventType`` and ``--outcome`` a gRPC status code name (either in any case).
+    """
+    from audit.query import parse_event, parse_outcome, parse_time_ms
     from audit.stores.base import QueryFilter
 
+    since = _flag("--since", parse_time_ms, getattr(args, "since", None))
+    until = _flag("--until", parse_time_ms, getattr(args, "until", None))
+    if since is not None and until is not None and since > until:
+        raise AuditConfigError(f"--since {args.since} is later than --until {args.until}")
     return QueryFilter(
         chain=args.chain,
-        since_ms=parse_time_ms(args.since) if getattr(args, "since", None) else None,
-        until_ms=parse_time_ms(args.until) if getattr(args, "until", None) else None,
+        since_ms=since,
+        until_ms=until,
         principal=getattr(args, "principal", None),
         method=getattr(args, "method", None),
-        outcome=getattr(args, "outcome", None),
-        event=getattr(args, "event", None),
+        outcome=_flag("--outcome", parse_outcome, getattr(args, "outcome", None)),
+        event=_flag("--event", parse_event, getattr(args, "event", None)),
         **kw,
     )
 
@@ -326,12 +362,14 @@ def _filter(args: argparse.Namespace, **kw: Any) -> Any:
 def _run_export(args: argparse.Namespace) -> int:
     from audit.query import export_jsonl
 
-    if args.limit is not None and args.limit < 0:
-        raise AuditConfigError("--limit must be >= 0")
+    if args.limit is not None and not 1 <= args.limit <= MAX_SAFE_INT:
+        raise AuditConfigError(f"--limit must be from 1 to {MAX_SAFE_INT} (got {args.limit})")
     flt = _filter(args, limit=args.limit)
-    out = args.output.open("w", encoding="utf-8") if args.output else sys.stdout
-    try:
-        with _open(args) as store:
+    with _open(args) as store:
+        if args.chain is not None:
+            store.require_chain(args.chain)
+        out = args.output.open("w", encoding="utf-8") if args.output else sys.stdout
+        try:
             if args.checkpoints:
                 chains = [args.chain] if args.chain else store.chains()
                 for c in chains:
@@ -339,9 +377,9 @@ def _run_export(args: argparse.Namespace) -> int:
                         out.write(json.dumps(cp.to_json(), sort_keys=True) + "\n")
             else:
                 export_jsonl(store, flt, out)
-    finally:
-        if args.output:
-            out.close()
+        finally:
+            if args.output:
+                out.close()
     return EXIT_OK
 
 
@@ -349,9 +387,13 @@ def _run_export(args: argparse.Namespace) -> int:
 def _run_tail(args: argparse.Namespace) -> int:
     from audit.query import stored_to_json
 
-    if args.lines < 0:
-        raise AuditConfigError("--lines must be >= 0")
+    if not 0 <= args.lines <= MAX_SAFE_INT:
+        raise AuditConfigError(f"--lines must be from 0 to {MAX_SAFE_INT} (got {args.lines})")
+    if not (math.isfinite(args.interval) and 0 < args.interval <= 3600):
+        raise AuditConfigError(f"--interval must be more than 0 and at most 3600 seconds (got {args.interval})")
     with _open(args) as store:
+        if args.chain is not None:
+            store.require_chain(args.chain)
         rows = list(store.query(_filter(args, limit=args.lines, descending=True)))
         rows.reverse()
         last: dict[str, int] = {}

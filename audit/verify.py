@@ -24,7 +24,7 @@ from typing import Any
 
 from audit.chain import GENESIS, Checkpoint, CheckpointKind, SignedCheckpoint, Verifier, chain_hash
 from audit.config import MIN_RETENTION_DAYS
-from audit.errors import AuditEncodingError, AuditRangeError, UnknownChainError
+from audit.errors import AuditEncodingError, AuditRangeError
 from audit.records import MAX_SAFE_INT
 from audit.stores.base import Store
 
@@ -150,8 +150,7 @@ def verify_store(
     _check_range(start, end)
     trusted = {k.key_id: k for k in keys}
     if chain is not None:
-        if store.bounds(chain) is None and not store.raw_checkpoints(chain):
-            raise UnknownChainError(chain, store.chains())
+        store.require_chain(chain)
         chains = [chain]
     else:
         chains = store.chains()

@@ -115,6 +115,17 @@ class Store(abc.ABC):
     def chains(self) -> list[str]:
         """Every chain id that has records or checkpoints."""
 
+    def has_chain(self, chain: str) -> bool:
+        """Whether the store holds any record or checkpoint of ``chain``."""
+        return self.bounds(chain) is not None or bool(self.raw_checkpoints(chain))
+
+    def require_chain(self, chain: str) -> None:
+        """Raise ``UnknownChainError`` (listing the chains there are) unless :meth:`has_chain`."""
+        if not self.has_chain(chain):
+            from audit.errors import UnknownChainError
+
+            raise UnknownChainError(chain, self.chains())
+
     @abc.abstractmethod
     def bounds(self, chain: str) -> tuple[int, int] | None:
         """``(first seq, last seq)`` of the records present, or ``None``."""

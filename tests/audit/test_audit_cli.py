@@ -210,3 +210,84 @@ async def test_verify_lists_a_chain_that_ends_before_the_range(populated, key, c
     out = capsys.readouterr().out
     assert "OK   chain node-a: records 5..12" in out
     assert "OK   chain node-b: no records from 5 on (last record: 1)" in out
+
+
+@pytest.mark.parametrize(
+    ("extra", "needle"),
+    [
+        (["--from", "0"], "--from must be"),
+        (["--from", "-5"], "--from must be"),
+        (["--to", "0"], "--to must be"),
+        (["--from", "10", "--to", "5"], "--from 10 is after --to 5"),
+        (["--from", str(2**53)], "--from must be"),
+        (["--from", "99999999999999999999"], "--from must be"),
+    ],
+)
+async def test_verify_rejects_bad_ranges(populated, capsys, extra, needle) -> None:
+    backend, pem = populated
+    assert run(["audit", "verify", "--store", str(backend.path), "--public-key", str(pem), *extra]) == 2
+    assert needle in _one_line_error(capsys.readouterr().err)
+
+
+@pytest.mark.parametrize(
+    ("extra", "needle"),
+    [
+        (["--until", "99999999999999999999"], "--until: time"),
+        (["--since", "-5"], "--since: time"),
+        (["--since", "1969-12-31"], "--since: time"),
+        (["--since", str(2**53)], "out of range"),
+        (["--since", "2026-02-01", "--until", "2026-01-01"], "is later than --until"),
+        (["--since", ""], "not a time"),
+        (["--limit", "0"], "--limit must be from 1"),
+        (["--limit", "-3"], "--limit must be from 1"),
+        (["--limit", str(2**64)], "--limit must be from 1"),
+        (["--event", "bogus"], "rpc, start, stop"),
+        (["--outcome", "FOO"], "OK, CANCELLED, UNKNOWN"),
+        (["--outcome", "42"], "not a gRPC status code name"),
+        (["--chain", "nochain"], "node-a"),
+        (["--chain", "nochain", "--checkpoints"], "node-a"),
+    ],
+)
+async def test_export_rejects_bad_filters(populated, capsys, extra, needle) -> None:
+    backend, _ = populated
+    assert run(["audit", "export", "--store", str(backend.path), *extra]) == 2
+    assert needle in _one_line_error(capsys.readouterr().err)
+    assert capsys.readouterr().out == ""
+
+
+async def test_export_filter_names_in_any_case(populated, capsys) -> None:
+    backend, _ = populated
+    for outcome in ("PERMISSION_DENIED", "permission_denied"):
+        assert run(["audit", "export", "--store", str(backend.path), "--outcome", outcome]) == 0
+        assert [json.loads(x)["seq"] for x in capsys.readouterr().out.splitlines()] == [1, 4, 7, 10]
+    assert run(["audit", "export", "--store", str(backend.path), "--event", "RPC", "--limit", "2"]) == 0
+    assert [json.loads(x)["seq"] for x in capsys.readouterr().out.splitlines()] == [1, 2]
+    assert run(["audit", "export", "--store", str(backend.path), "--event", "start"]) == 0  # valid, none here
+    assert capsys.readouterr().out == ""
+    assert run(["audit", "export", "--store", str(backend.path), "--since", "0", "--until", str(2**53 - 1)]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == 12
+
+
+@pytest.mark.parametrize(
+    ("extra", "needle"),
+    [
+        (["-n", "-1"], "--lines must be"),
+        (["-n", str(2**63)], "--lines must be"),
+        (["-f", "--interval", "0"], "--interval must be"),
+        (["-f", "--interval", "-1"], "--interval must be"),
+        (["-f", "--interval", "nan"], "--interval must be"),
+        (["--chain", "nochain"], "node-a"),
+    ],
+)
+async def test_tail_rejects_bad_options(populated, capsys, extra, needle) -> None:
+    backend, _ = populated
+    assert run(["audit", "tail", "--store", str(backend.path), *extra]) == 2
+    assert needle in _one_line_error(capsys.readouterr().err)
+
+
+def test_outcome_names_are_the_grpc_status_codes() -> None:
+    import grpc
+
+    from audit.query import GRPC_STATUS_NAMES
+
+    assert GRPC_STATUS_NAMES == tuple(code.name for code in grpc.StatusCode)
