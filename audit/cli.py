@@ -38,8 +38,9 @@ def add_commands(subparsers: Any) -> None:
             "--store",
             default=os.environ.get("XINSERVE_AUDIT_STORE", DEFAULT_STORE),
             help="SQLite file (or sqlite:///path) or postgresql://... DSN "
-            f"(default: $XINSERVE_AUDIT_STORE or {DEFAULT_STORE}); a DSN may also come from "
-            "$XINSERVE_AUDIT_DSN so it stays out of the process list",
+            f"(default: $XINSERVE_AUDIT_STORE or {DEFAULT_STORE}, the container image's layout; a server "
+            "with the default data_dir writes ~/.local/share/xinserve/audit/audit.db); a DSN may also come "
+            "from $XINSERVE_AUDIT_DSN so it stays out of the process list",
         )
         p.add_argument("--chain", help="only this writer's chain (node id); default: all chains")
 
