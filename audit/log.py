@@ -155,12 +155,16 @@ class AuditLog:
         clock: Callable[[], int] = now_ms,
         start_ticker: bool = True,
     ) -> AuditLog:
-        """Open the configured store, verify the last checkpoint, seal a crashed tail, start.
+        """Open the configured store, check the end of the chain, seal a crashed tail, start.
 
-        ``signer`` is the server's ``trust.sm2.Sm2PrivateKey``; without it the key is loaded
-        from ``settings.signing_key_path``. Raises ``AuditConfigError`` (bad settings/key),
+        Checks (docs/audit.md, *Crashes and torn records*): the last checkpoint's form and
+        signature, that the last signed record (at its ``tree_size``) re-chains from its
+        predecessor's stored hash to the signed head, and that an unsigned tail chains from
+        it — not the whole log (that is ``verify``). ``signer`` is the server's
+        ``trust.sm2.Sm2PrivateKey``; without it the key is loaded from
+        ``settings.signing_key_path``. Raises ``AuditConfigError`` (bad settings/key),
         ``AuditUnavailable`` (store unreachable), ``WriterConflict`` (another writer on this
-        chain) or ``AuditIntegrityError`` (the stored log does not verify against the key).
+        chain) or ``AuditIntegrityError`` (one of those checks fails: the log was altered).
         """
         if signer is None:
             signer = load_signer(settings)
@@ -381,7 +385,9 @@ class AuditLog:
 
         ``keys`` default to this server's public key; keyword arguments (``chain``, ``start``,
         ``end``, ``now_ms``, ``anchors``) are passed on. Returns a ``VerifyReport``; the caller
-        records an ``audit_verified`` event with its outcome.
+        records an ``audit_verified`` event with its outcome. Raises ``AuditConfigError`` (no key),
+        and from ``verify_store``: ``UnknownChainError`` (no such chain), ``AuditRangeError`` (bad
+        range, or ``start`` past the chain's last record) and ``AuditStoreError``.
         """
         from audit.verify import verify_store
 
