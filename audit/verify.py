@@ -158,6 +158,21 @@ def verify_store(
     for c in chains:
         chain_anchors = [a for a in anchors if a.checkpoint.chain == c]
         reports.append(_verify_chain(store, c, trusted, start, end, now_ms, chain_anchors, tolerance_ms, progress))
+    if chain is None:
+        # An anchor of a chain the store no longer holds at all: the whole chain was deleted.
+        for gone in sorted({a.checkpoint.chain for a in anchors} - set(chains)):
+            report = ChainReport(chain=gone)
+            for a in (a for a in anchors if a.checkpoint.chain == gone):
+                report.problems.append(
+                    Problem(
+                        "anchor_missing",
+                        f"chain {gone!r} is gone from the store, but its checkpoint {a.checkpoint.n} was kept "
+                        "as an anchor: the chain was deleted",
+                        checkpoint=a.checkpoint.n,
+                    )
+                )
+            reports.append(report)
+        reports.sort(key=lambda r: r.chain)
     beyond = [r for r in reports if r.out_of_range]
     if start is not None and beyond and len(beyond) == len(reports) and not any(r.problems for r in reports):
         raise AuditRangeError(_beyond_message(start, beyond))
@@ -246,6 +261,13 @@ def _verify_checkpoints(
                             checkpoint=n,
                         )
                     )
+            elif cp.time_ms - prev.time_ms > tolerance_ms(prev.interval_s) and cp.kind is CheckpointKind.RECOVERY:
+                # The writer was down (crashed, restarted later): the signed recovery checkpoint
+                # follows the previous one directly and seals what was written before the crash.
+                report.recoveries.append(
+                    f"checkpoint {n}: the writer was down for {(cp.time_ms - prev.time_ms) // 1000} s "
+                    f"after checkpoint {prev.n}"
+                )
             elif cp.time_ms - prev.time_ms > tolerance_ms(prev.interval_s):
                 problems.append(
                     Problem(

@@ -78,6 +78,10 @@ async def open_audit(settings: Settings) -> AuditTrail:
         audit_log = await AuditLog.open(cfg, signer=key)
     except AuditError as exc:
         raise AuditOpenFailed(f"the audit log cannot be opened: {exc}") from None
+    except Exception as exc:  # a stored value of an unexpected type (edited database): fail closed, no traceback
+        raise AuditOpenFailed(
+            f"the audit log cannot be read ({type(exc).__name__}); run `xinserve audit verify` on it"
+        ) from None
     if audit_log.recovery is not None and audit_log.recovery.unclean_shutdown:
         log.warning("audit_recovered_after_unclean_shutdown", recovery=str(audit_log.recovery))
     return AuditTrail(audit_log, capture, key.public_key())

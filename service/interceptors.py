@@ -78,17 +78,16 @@ def _tolerant(deserializer: Callable[[bytes], Any] | None) -> Callable[[bytes], 
     return parse
 
 
-def _metadata(context: grpc.aio.ServicerContext) -> tuple[dict[str, str], int]:
-    """The text metadata (first value per key) and how many ``authorization`` entries came."""
+def _metadata(context: grpc.aio.ServicerContext) -> tuple[dict[str, str], dict[str, int]]:
+    """The text metadata (first value per key) and how often each key came."""
     out: dict[str, str] = {}
-    authorizations = 0
+    counts: dict[str, int] = {}
     for item in context.invocation_metadata() or ():
         key, value = item
-        if key == "authorization":
-            authorizations += 1
+        counts[key] = counts.get(key, 0) + 1
         if isinstance(value, str) and key not in out:
             out[key] = value
-    return out, authorizations
+    return out, counts
 
 
 def trace_id_from(traceparent: str | None) -> str | None:
@@ -145,7 +144,8 @@ class CallPipeline(grpc.aio.ServerInterceptor):
         Raises:
             RpcError: UNAUTHENTICATED (the call's principal then says which credential failed).
         """
-        md, authorizations = _metadata(context)
+        md, counts = _metadata(context)
+        authorizations = counts.get("authorization", 0)
         rid = md.get("x-request-id")
         info = CallInfo(
             method=method,
@@ -164,7 +164,7 @@ class CallPipeline(grpc.aio.ServerInterceptor):
             if authorizations:  # a token was presented and refused: not the same as no credentials
                 info.principal = Principal("", "token", frozenset())
             raise RpcError(grpc.StatusCode.UNAUTHENTICATED, str(exc), "UNAUTHENTICATED") from None
-        return info, rid is None or info.request_id == rid
+        return info, rid is None or (info.request_id == rid and counts.get("x-request-id", 0) == 1)
 
     async def _enter(self, method: str, context: grpc.aio.ServicerContext, stack: AsyncExitStack) -> CallInfo:
         info, request_id_ok = self._identify(method, context)

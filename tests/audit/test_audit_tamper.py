@@ -457,3 +457,37 @@ async def test_problems_are_capped(backend: Backend, key, clock, built, monkeypa
     ]
     assert "2 more broken records from record 18 on" in chain.problems[2].message
     assert chain.first_broken == 5 and chain.records_checked == 25
+
+
+async def test_an_anchor_of_a_deleted_chain_is_missing(backend: Backend, key, clock, built) -> None:
+    # Before the fix, deleting a whole chain (records and checkpoints) made its anchor vanish
+    # from the report: verify said OK for the chains that were left, or "nothing found".
+    anchor = built[-1]
+    other = await AuditLog.open(backend.settings(node_id="node-b"), key, clock=clock, start_ticker=False)
+    await other.append(rpc_record_factory(clock)(0))
+    await other.close()
+    backend.sql("DELETE FROM audit_records WHERE chain = 'node-a'")
+    backend.sql("DELETE FROM audit_checkpoints WHERE chain = 'node-a'")
+    report = verify(backend, key, clock, anchors=[anchor])
+    assert not report.ok
+    assert [c.chain for c in report.chains] == ["node-a", "node-b"]
+    assert [p.kind for p in report.chains[0].problems] == ["anchor_missing"] and report.chains[1].ok
+    backend.sql("DELETE FROM audit_records")
+    backend.sql("DELETE FROM audit_checkpoints")
+    assert "anchor_missing" in kinds(verify(backend, key, clock, anchors=[anchor]))
+
+
+async def test_a_writer_restarted_long_after_a_crash_verifies(backend: Backend, key, clock) -> None:
+    # Before the fix, a recovery written more than 2 intervals + 60 s after the crash was
+    # reported as a checkpoint_gap, so a crashed chain restarted late never verified again.
+    settings = backend.settings()
+    log = await AuditLog.open(settings, key, clock=clock, start_ticker=False)
+    for i in range(5):
+        await log.append(rpc_record_factory(clock)(i))
+    await log.abort()  # crash: no closing checkpoint
+    clock.advance(seconds=3600)
+    log = await AuditLog.open(settings, key, clock=clock, start_ticker=False)
+    await log.close()
+    report = verify(backend, key, clock)
+    assert report.ok, report.to_json()
+    assert any("down for 3600 s" in r for r in report.chains[0].recoveries)

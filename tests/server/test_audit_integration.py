@@ -372,6 +372,8 @@ async def test_every_call_gets_a_request_id_and_a_bad_one_is_refused_everywhere(
                     audit_pb2.GetLatestCheckpointRequest(),
                     metadata=(("authorization", f"Bearer {AUDITOR}"), ("x-request-id", "y" * 129)),
                 ),
+                # Two ids: which one would the caller's logs hold? (The first one used to win.)
+                api.inference.Tokenize(tokenize, metadata=(*user, ("x-request-id", "a-1"), ("x-request-id", "b-2"))),
             )
             for bad in bad_calls:
                 with pytest.raises(grpc.aio.AioRpcError) as err:
@@ -419,3 +421,20 @@ async def test_filter_typos_are_refused_not_answered_with_nothing(live_server, t
             good = audit_pb2.AuditFilter(outcome="OK", event="config_loaded")
             rows = [r async for r in svc.QueryRecords(audit_pb2.QueryRecordsRequest(filter=good), metadata=auditor)]
             assert rows and all(r.event == "config_loaded" for r in rows)
+
+
+async def test_a_log_with_a_mistyped_stored_value_refuses_start_without_a_traceback(tmp_path):
+    # Before the fix, `UPDATE audit_records SET seq = 'abc'` made `xinserve serve` die with a
+    # Python traceback and exit 1 instead of refusing to start (exit 6, EXIT_AUDIT).
+    from service.app import AuditOpenFailed, open_audit
+    from service.config import load_settings
+
+    settings = load_settings(overrides={"data_dir": str(tmp_path), "audit": {"node_id": "n"}})
+    trail = await open_audit(settings)
+    await trail.event(EventType.DRAIN)
+    await trail.close()
+    with sqlite3.connect(settings.audit.path) as db:
+        db.execute("UPDATE audit_records SET seq = 'abc' WHERE seq = (SELECT max(seq) FROM audit_records)")
+    with pytest.raises(AuditOpenFailed, match="cannot be read") as err:
+        await open_audit(settings)
+    assert err.value.exit_code == 6
