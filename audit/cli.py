@@ -160,9 +160,9 @@ def _guard(fn: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namesp
     return wrapper
 
 
-def _open(args: argparse.Namespace) -> Any:
+def _store_settings(args: argparse.Namespace) -> Any:
+    """``AuditSettings`` of the store named by ``--store`` (or ``$XINSERVE_AUDIT_DSN``), which must exist."""
     from audit.config import store_from_url
-    from audit.stores import open_store
 
     url = args.store
     dsn_env = os.environ.get("XINSERVE_AUDIT_DSN")
@@ -171,7 +171,13 @@ def _open(args: argparse.Namespace) -> Any:
     settings = store_from_url(url)
     if settings.store == "sqlite" and not settings.path.exists():
         raise AuditStoreError("sqlite: the audit database does not exist")
-    return open_store(settings, readonly=True)
+    return settings
+
+
+def _open(args: argparse.Namespace) -> Any:
+    from audit.stores import open_store
+
+    return open_store(_store_settings(args), readonly=True)
 
 
 def _load_keys(paths: list[str]) -> list[Any]:
@@ -258,18 +264,10 @@ def _run_verify(args: argparse.Namespace) -> int:
 def _run_seal(args: argparse.Namespace) -> int:
     import asyncio
 
-    from audit.config import store_from_url
     from audit.errors import AuditUnavailable, WriterConflict
     from audit.log import AuditIntegrityError, AuditLog, load_signer
 
-    url = args.store
-    dsn_env = os.environ.get("XINSERVE_AUDIT_DSN")
-    if dsn_env and "XINSERVE_AUDIT_STORE" not in os.environ and args.store == DEFAULT_STORE:
-        url = dsn_env
-    base = store_from_url(url)
-    if base.store == "sqlite" and not base.path.exists():
-        raise AuditStoreError("sqlite: the audit database does not exist")
-    settings = base.model_copy(
+    settings = _store_settings(args).model_copy(
         update={
             "node_id": args.chain,
             "signing_key_path": args.key,
