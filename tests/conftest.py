@@ -9,7 +9,7 @@ over the same runtime instead of starting more engines. The built-in models are 
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,6 +24,14 @@ os.environ.setdefault("DO_NOT_TRACK", "1")
 REPO = Path(__file__).resolve().parent.parent
 TINY = "xinserve-tiny-llama"
 MINILM = "all-MiniLM-L6-v2"
+
+
+@pytest.fixture
+def tiny_fs(tmp_path: Path) -> Iterator[Path]:
+    """A 1 MiB tmpfs, for disk-full tests (skipped, with the reason, where mounting is refused)."""
+    from tests.support.full_disk import mount_tiny_fs
+
+    yield from mount_tiny_fs(tmp_path / "tiny")
 
 
 def _data_dir() -> Path:

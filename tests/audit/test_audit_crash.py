@@ -20,6 +20,7 @@ from audit.log import AuditLog
 from audit.records import AuditRecord, EventType, decode_record
 from audit.stores import open_store
 from audit.verify import verify_store
+from tests.support.full_disk import fill
 
 HERE = Path(__file__).parent
 
@@ -119,37 +120,13 @@ async def test_kill_9_writer_under_load_loses_no_acknowledged_record(backend: Ba
     assert len(report.chains[0].recoveries) == rounds
 
 
-@pytest.fixture
-def tiny_fs(tmp_path: Path):
-    mnt = tmp_path / "tiny"
-    mnt.mkdir()
-    res = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mnt)], capture_output=True, text=True)
-    if res.returncode != 0:
-        pytest.skip(f"cannot mount a 1 MiB tmpfs to simulate a full disk: {res.stderr.strip() or res.returncode}")
-    yield mnt
-    subprocess.run(["umount", "-l", str(mnt)], check=False)
-
-
-def _fill(path: Path) -> Path:
-    filler = path / "filler"
-    fd = os.open(filler, os.O_WRONLY | os.O_CREAT, 0o600)
-    try:
-        while True:
-            os.write(fd, b"\0" * 1024)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-    return filler
-
-
 @pytest.mark.parametrize("policy", [FailurePolicy.FAIL_CLOSED, FailurePolicy.LOG_AND_CONTINUE])
 async def test_disk_full_then_recovery(sqlite_backend: Backend, key, tiny_fs: Path, policy) -> None:
     settings = sqlite_backend.settings(path=tiny_fs / "audit.db", failure_policy=policy)
     log = await AuditLog.open(settings, key, start_ticker=False)
     make = rpc_record_factory()
     acked = [await log.append(make(i)) for i in range(10)]
-    filler = _fill(tiny_fs)
+    filler = fill(tiny_fs)
     big = "x" * 4000
     failed = 0
     backlogged = 0

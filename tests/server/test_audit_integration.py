@@ -4,9 +4,7 @@ through AuditService; a store that cannot be written makes inference fail closed
 from __future__ import annotations
 
 import asyncio
-import os
 import sqlite3
-import subprocess
 import time
 import uuid
 
@@ -19,6 +17,7 @@ from service.auth import hash_token
 from tests.conftest import TINY
 from tests.server.frontends import extra_frontend
 from tests.server.stubs import field_violations, stubs
+from tests.support.full_disk import fill
 from trust.sm2 import Sm2PrivateKey
 from trust.sm3 import sm3_hex
 from xinserve.v1 import audit_pb2, audit_pb2_grpc, inference_pb2, model_pb2, sampling_pb2
@@ -272,17 +271,6 @@ async def test_a_detail_the_encoding_refuses_does_not_cost_the_record(tmp_path):
     assert dict(record.detail) == {"detail_dropped": True}
 
 
-@pytest.fixture
-def tiny_fs(tmp_path):
-    mnt = tmp_path / "tiny"
-    mnt.mkdir()
-    res = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mnt)], capture_output=True, text=True)
-    if res.returncode != 0:
-        pytest.skip(f"cannot mount a 1 MiB tmpfs to simulate a full disk: {res.stderr.strip() or res.returncode}")
-    yield mnt
-    subprocess.run(["umount", "-l", str(mnt)], check=False)
-
-
 async def test_full_audit_disk_fails_closed_then_recovers(live_server, tiny_fs):
     from audit import AuditSettings
 
@@ -298,15 +286,7 @@ async def test_full_audit_disk_fails_closed_then_recovers(live_server, tiny_fs):
                 model=TINY, prompt="fill " * 200, sampling_params=sampling_pb2.SamplingParams(max_tokens=1)
             )
             await api.inference.Generate(request)
-            filler = tiny_fs / "filler"
-            fd = os.open(filler, os.O_WRONLY | os.O_CREAT, 0o600)
-            try:
-                while True:
-                    os.write(fd, b"\0" * 4096)
-            except OSError:
-                pass
-            finally:
-                os.close(fd)
+            filler = fill(tiny_fs)
             codes = []
             for _ in range(50):
                 try:
