@@ -1,0 +1,159 @@
+"""Read report data and measurements out of TEE evidence. Never verifies anything.
+
+Formats: Intel TDX quote v4/v5 (Intel DCAP "Quote Library" ABI: 48-byte header, TD report body),
+AMD SEV-SNP attestation report (SEV-SNP ABI spec, ``ATTESTATION_REPORT``, 0x4A0 bytes), Hygon CSV
+evidence JSON (Trustee ``deps/verifier``), and the ``sample``/recorded JSON of
+:mod:`trust.tee.recorded`. Every parser raises :class:`EvidenceParseError` (with the offset where it
+stopped) on hostile input and nothing else; the verification of signatures and certificate chains is
+the verifier's job (a KBS, or the client's verifier).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import struct
+from dataclasses import dataclass
+from typing import Any
+
+from trust.tee import csv_guest
+from trust.tee.errors import EvidenceParseError
+from trust.tee.evidence import REPORT_DATA_SIZE, TEE_CSV, TEE_SAMPLE, TEE_SNP, TEE_TDX
+
+MAX_EVIDENCE = 1 << 20
+
+TDX_HEADER_SIZE = 48
+TDX_TEE_TYPE = 0x81
+TDX10_BODY_SIZE = 584
+TDX_REPORT_DATA_OFFSET = 520  # within the TD report body
+SNP_REPORT_SIZE = 0x4A0
+SNP_REPORT_DATA = slice(0x50, 0x90)
+SNP_MEASUREMENT = slice(0x90, 0xC0)
+
+
+@dataclass(frozen=True)
+class ParsedEvidence:
+    """What a parser read: the TEE, the 64 report-data bytes and the launch measurement (hex)."""
+
+    tee: str
+    version: int
+    report_data: bytes
+    measurement: str
+    recorded: bool = False
+
+
+def _bytes(evidence: Any) -> bytes:
+    if not isinstance(evidence, bytes | bytearray):
+        raise EvidenceParseError("evidence must be bytes", 0)
+    if len(evidence) > MAX_EVIDENCE:
+        raise EvidenceParseError(f"evidence larger than {MAX_EVIDENCE} bytes", MAX_EVIDENCE)
+    return bytes(evidence)
+
+
+def parse_tdx_quote(quote: bytes) -> ParsedEvidence:
+    """TDX quote v4 or v5: header (version u16, att_key_type u16, tee_type u32 = 0x81, ...) then
+    the TD report body (v4) or ``{type u16, size u32, body}`` (v5). Reads MRTD and REPORTDATA."""
+    data = _bytes(quote)
+    if len(data) < TDX_HEADER_SIZE:
+        raise EvidenceParseError(f"a TDX quote header is {TDX_HEADER_SIZE} bytes, got {len(data)}", len(data))
+    version, _key_type, tee_type = struct.unpack_from("<HHI", data, 0)
+    if tee_type != TDX_TEE_TYPE:
+        raise EvidenceParseError(f"quote tee_type is {tee_type:#x}, not TDX (0x81)", 4)
+    if version == 4:
+        body_at = TDX_HEADER_SIZE
+    elif version == 5:
+        if len(data) < TDX_HEADER_SIZE + 6:
+            raise EvidenceParseError("TDX quote v5 has no body descriptor", len(data))
+        body_type, body_size = struct.unpack_from("<HI", data, TDX_HEADER_SIZE)
+        if body_type not in (2, 3) or body_size < TDX10_BODY_SIZE:
+            raise EvidenceParseError(f"TDX quote v5 body type {body_type} / size {body_size} is not a TD report", 48)
+        body_at = TDX_HEADER_SIZE + 6
+    else:
+        raise EvidenceParseError(f"TDX quote version {version} is not 4 or 5", 0)
+    end = body_at + TDX10_BODY_SIZE
+    if len(data) < end + 4:
+        raise EvidenceParseError(f"TDX quote truncated: {len(data)} bytes, body ends at {end}", len(data))
+    sig_len = struct.unpack_from("<I", data, end)[0]
+    if len(data) < end + 4 + sig_len:
+        raise EvidenceParseError(f"TDX quote signature data truncated ({sig_len} bytes announced)", end)
+    mrtd = data[body_at + 136 : body_at + 184]
+    rd = data[body_at + TDX_REPORT_DATA_OFFSET : body_at + TDX_REPORT_DATA_OFFSET + REPORT_DATA_SIZE]
+    return ParsedEvidence(TEE_TDX, version, rd, mrtd.hex())
+
+
+def parse_snp_report(report: bytes) -> ParsedEvidence:
+    """SEV-SNP ATTESTATION_REPORT (0x4A0 bytes, versions 2 to 5): REPORT_DATA and MEASUREMENT."""
+    data = _bytes(report)
+    if len(data) != SNP_REPORT_SIZE:
+        raise EvidenceParseError(f"an SNP report is {SNP_REPORT_SIZE} bytes, got {len(data)}", min(len(data), SNP_REPORT_SIZE))
+    version = struct.unpack_from("<I", data, 0)[0]
+    if not 2 <= version <= 5:
+        raise EvidenceParseError(f"SNP report version {version} is not 2 to 5", 0)
+    return ParsedEvidence(TEE_SNP, version, data[SNP_REPORT_DATA], data[SNP_MEASUREMENT].hex())
+
+
+def _byte_list(value: Any, what: str, size: int | None = None) -> bytes:
+    if not isinstance(value, list) or not all(type(v) is int and 0 <= v <= 255 for v in value):
+        raise EvidenceParseError(f"{what} must be a list of byte values")
+    if size is not None and len(value) != size:
+        raise EvidenceParseError(f"{what} must hold {size} bytes, holds {len(value)}")
+    return bytes(value)
+
+
+def _json_object(data: bytes) -> dict[str, Any]:
+    try:
+        doc = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        raise EvidenceParseError("evidence is not UTF-8 JSON", 0) from None
+    if not isinstance(doc, dict):
+        raise EvidenceParseError("evidence JSON must be an object", 0)
+    return doc
+
+
+def parse_csv_evidence(evidence: bytes) -> ParsedEvidence:
+    """Trustee's Hygon CSV evidence JSON: ``attestation_report {magic[16], flags, data[4096]}``.
+
+    Version 1 reports (magic all zero, or ``ATTESTATION_EXT`` with flags 0) only; the extended
+    (v2) report is refused with a precise error."""
+    doc = _json_object(_bytes(evidence))
+    report = doc.get("attestation_report")
+    if not isinstance(report, dict):
+        raise EvidenceParseError("CSV evidence has no attestation_report object")
+    magic = _byte_list(report.get("magic"), "attestation_report.magic", 16)
+    flags = report.get("flags")
+    if type(flags) is not int:
+        raise EvidenceParseError("attestation_report.flags must be an integer")
+    if magic == b"ATTESTATION_EXT\0" and flags == 1:
+        raise EvidenceParseError("extended (v2) CSV attestation reports are not supported")
+    if magic not in (b"\0" * 16, b"ATTESTATION_EXT\0") or flags != 0:
+        raise EvidenceParseError("attestation_report.magic/flags are not a CSV v1 report")
+    page = _byte_list(report.get("data"), "attestation_report.data", csv_guest.PAGE)
+    parsed = csv_guest.parse_report(page)
+    return ParsedEvidence(TEE_CSV, 1, parsed.report_data, parsed.measure.hex())
+
+
+def parse_sample_evidence(evidence: bytes) -> ParsedEvidence:
+    """The ``sample`` evidence of :mod:`trust.tee.recorded` (and Trustee's sample attester)."""
+    doc = _json_object(_bytes(evidence))
+    rd = doc.get("report_data")
+    if not isinstance(rd, str):
+        raise EvidenceParseError("sample evidence has no report_data string")
+    try:
+        data = base64.b64decode(rd, validate=True)
+    except (binascii.Error, ValueError):
+        raise EvidenceParseError("sample report_data is not base64") from None
+    if len(data) != REPORT_DATA_SIZE:
+        raise EvidenceParseError(f"sample report_data is {len(data)} bytes, not 64")
+    return ParsedEvidence(TEE_SAMPLE, 1, data, "", recorded=doc.get("recorded") is True)
+
+
+PARSERS = {TEE_TDX: parse_tdx_quote, TEE_SNP: parse_snp_report, TEE_CSV: parse_csv_evidence, TEE_SAMPLE: parse_sample_evidence}
+
+
+def parse_evidence(tee: str, evidence: bytes) -> ParsedEvidence:
+    """Dispatch on the KBS ``tee`` name; EvidenceParseError for an unknown TEE or bad evidence."""
+    parser = PARSERS.get(tee) if isinstance(tee, str) else None
+    if parser is None:
+        raise EvidenceParseError(f"no parser for TEE {str(tee)[:20]!r}")
+    return parser(evidence)
