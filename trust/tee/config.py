@@ -34,7 +34,7 @@ class TeeSettings(BaseModel):
     kbs_ca_file: Path | None = None
     """PEM CA bundle that signs the KBS's TLS certificate (system CAs if unset)."""
     kbs_timeout_seconds: float = Field(default=30.0, gt=0, le=600)
-    decrypt_dir: Path = Path("/dev/shm")
+    decrypt_dir: Path = Path("/dev/shm")  # noqa: S108 - tmpfs by design, checked at use
     """Where decrypted models are written: must be on tmpfs or ramfs (never persistent disk)."""
 
     @field_validator("configfs_provider")

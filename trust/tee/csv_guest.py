@@ -85,11 +85,10 @@ def parse_report(page: bytes) -> CsvReport:
 
     Raises EvidenceParseError for a truncated page.
     """
-    if not isinstance(page, bytes | bytearray) or len(page) < TEE_INFO_V1_SIZE:
-        raise EvidenceParseError(
-            f"a CSV report is at least {TEE_INFO_V1_SIZE} bytes, got {len(page) if isinstance(page, bytes | bytearray) else 0}",
-            0,
-        )
+    if not isinstance(page, bytes | bytearray):
+        raise EvidenceParseError("a CSV report is bytes", 0)
+    if len(page) < TEE_INFO_V1_SIZE:
+        raise EvidenceParseError(f"a CSV report is at least {TEE_INFO_V1_SIZE} bytes, got {len(page)}", len(page))
     page = bytes(page)
     anonce_b = page[188:192]
     anonce = struct.unpack("<I", anonce_b)[0]

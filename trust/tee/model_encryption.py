@@ -154,9 +154,7 @@ def encrypt_model(
     return model
 
 
-def decrypt_model(
-    encrypted_dir: str | os.PathLike[str], key: bytes, target: str | os.PathLike[str]
-) -> EncryptedModel:
+def decrypt_model(encrypted_dir: str | os.PathLike[str], key: bytes, target: str | os.PathLike[str]) -> EncryptedModel:
     """Decrypt ``encrypted_dir`` into the existing directory ``target`` (a private tmpfs).
 
     Raises TeeError(encrypted_model) for a malformed manifest, a missing blob, a wrong key, a blob

@@ -86,7 +86,9 @@ def parse_snp_report(report: bytes) -> ParsedEvidence:
     """SEV-SNP ATTESTATION_REPORT (0x4A0 bytes, versions 2 to 5): REPORT_DATA and MEASUREMENT."""
     data = _bytes(report)
     if len(data) != SNP_REPORT_SIZE:
-        raise EvidenceParseError(f"an SNP report is {SNP_REPORT_SIZE} bytes, got {len(data)}", min(len(data), SNP_REPORT_SIZE))
+        raise EvidenceParseError(
+            f"an SNP report is {SNP_REPORT_SIZE} bytes, got {len(data)}", min(len(data), SNP_REPORT_SIZE)
+        )
     version = struct.unpack_from("<I", data, 0)[0]
     if not 2 <= version <= 5:
         raise EvidenceParseError(f"SNP report version {version} is not 2 to 5", 0)
@@ -148,7 +150,12 @@ def parse_sample_evidence(evidence: bytes) -> ParsedEvidence:
     return ParsedEvidence(TEE_SAMPLE, 1, data, "", recorded=doc.get("recorded") is True)
 
 
-PARSERS = {TEE_TDX: parse_tdx_quote, TEE_SNP: parse_snp_report, TEE_CSV: parse_csv_evidence, TEE_SAMPLE: parse_sample_evidence}
+PARSERS = {
+    TEE_TDX: parse_tdx_quote,
+    TEE_SNP: parse_snp_report,
+    TEE_CSV: parse_csv_evidence,
+    TEE_SAMPLE: parse_sample_evidence,
+}
 
 
 def parse_evidence(tee: str, evidence: bytes) -> ParsedEvidence:

@@ -53,12 +53,14 @@ class PrivateDir:
         if fstype not in MEMORY_FILESYSTEMS:
             raise TeeError(
                 TeeReason.NOT_PRIVATE,
-                f"{base} is on {fstype or 'an unknown file system'}, not tmpfs/ramfs: decrypted models never go to disk",
+                f"{base} is on {fstype or 'an unknown fs'}, not tmpfs/ramfs (decrypted models never go to disk)",
             )
         try:
             self.path = Path(tempfile.mkdtemp(prefix=prefix, dir=base))
         except OSError as exc:
-            raise TeeError(TeeReason.NOT_PRIVATE, f"cannot create a private directory in {base}: {exc.strerror}") from None
+            raise TeeError(
+                TeeReason.NOT_PRIVATE, f"cannot create a private directory in {base}: {exc.strerror}"
+            ) from None
         os.chmod(self.path, 0o700)
 
     def remove(self) -> None:
