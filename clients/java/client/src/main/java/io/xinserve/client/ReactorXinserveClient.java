@@ -39,6 +39,7 @@ public final class ReactorXinserveClient {
    * @return a cold Flux of generation deltas
    */
   public Flux<GenerateStreamResponse> generateStream(GenerateRequest request) {
+    request = client.withModel(request);
     return flux(InferenceServiceGrpc.getGenerateStreamMethod(), request, request.getRequestId());
   }
 
@@ -47,7 +48,22 @@ public final class ReactorXinserveClient {
    * @return a cold Flux of chat deltas
    */
   public Flux<ChatStreamResponse> chatStream(ChatRequest request) {
+    request = client.withModel(request);
     return flux(InferenceServiceGrpc.getChatStreamMethod(), request, request.getRequestId());
+  }
+
+  /**
+   * Streams a completion of a prompt with the client's default model as text pieces; cancelling
+   * the subscription cancels the call.
+   *
+   * @param prompt the prompt
+   * @return a cold Flux of the non-empty text deltas
+   * @throws IllegalStateException if the client has no default model
+   */
+  public Flux<String> streamText(String prompt) {
+    GenerateRequest request =
+        GenerateRequest.newBuilder().setModel(client.requireModel()).setPrompt(prompt).build();
+    return generateStream(request).map(GenerateStreamResponse::getText).filter(t -> !t.isEmpty());
   }
 
   /**
@@ -77,8 +93,8 @@ public final class ReactorXinserveClient {
   private <Q, R> Flux<R> flux(MethodDescriptor<Q, R> method, Q request, String requestId) {
     return Flux.create(
         sink -> {
-          ClientCall<Q, R> call =
-              client.newStreamCall(method, XinserveClient.requestIdOrNew(requestId));
+          String rid = XinserveClient.requestIdOrNew(requestId);
+          ClientCall<Q, R> call = client.newStreamCall(method, rid);
           Object lock = new Object();
           call.start(
               new ClientCall.Listener<R>() {
@@ -92,7 +108,7 @@ public final class ReactorXinserveClient {
                   if (status.isOk()) {
                     sink.complete();
                   } else {
-                    sink.error(XinserveExceptions.of(status, trailers));
+                    sink.error(XinserveExceptions.of(status, trailers, rid));
                   }
                 }
               },

@@ -8,11 +8,16 @@ import io.xinserve.client.errors.ErrorDetails;
 import io.xinserve.client.errors.XinserveException;
 import io.xinserve.client.errors.XinserveExceptions;
 import java.lang.ref.Cleaner;
+import java.time.Duration;
 import java.util.Iterator;
 import java.util.NoSuchElementException;
 import java.util.Spliterator;
 import java.util.Spliterators;
 import java.util.concurrent.LinkedBlockingQueue;
+import java.util.concurrent.ScheduledExecutorService;
+import java.util.concurrent.ScheduledFuture;
+import java.util.concurrent.ScheduledThreadPoolExecutor;
+import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.stream.Stream;
 import java.util.stream.StreamSupport;
@@ -33,7 +38,10 @@ import java.util.stream.StreamSupport;
  * at most {@code prefetch} messages: the next ones are requested from the server only as the
  * iterator is consumed (flow control), so an abandoned stream does not keep buffering. A stream
  * that becomes unreachable without being closed is cancelled when it is garbage-collected, as a
- * last resort.
+ * last resort: nothing gRPC holds (the call's listener, the idle timer) refers back to the stream.
+ * With an idle timeout ({@link XinserveClient.Builder#streamIdleTimeout}) a stream that receives no
+ * message for that long is cancelled and fails with {@link
+ * io.xinserve.client.errors.DeadlineExceededException}.
  *
  * <p>{@link #hasNext()} and {@link #next()} block until a message, the end of the stream or a
  * failure arrives; a failure is thrown as a {@link XinserveException} subclass (e.g. {@link
@@ -45,11 +53,11 @@ import java.util.stream.StreamSupport;
 public final class ResponseStream<T> implements Iterator<T>, Iterable<T>, AutoCloseable {
   private static final Cleaner CLEANER = Cleaner.create();
   private static final Object END = new Object();
+  private static final ScheduledExecutorService TIMER = newTimer();
 
   private final ClientCall<?, T> call;
   private final String requestId;
-  private final LinkedBlockingQueue<Object> queue = new LinkedBlockingQueue<>();
-  private final AtomicBoolean finished;
+  private final Inbox<T> inbox;
   private final Cleaner.Cleanable cleanable;
   private volatile boolean closedByCaller;
   private final int refill;
@@ -67,44 +75,103 @@ public final class ResponseStream<T> implements Iterator<T>, Iterable<T>, AutoCl
     }
   }
 
-  private static final class Canceller implements Runnable {
-    private final ClientCall<?, ?> call;
-    private final AtomicBoolean finished;
+  /**
+   * The call's listener and the stream's buffer. A static class on purpose: the gRPC call (and so
+   * the transport) holds the listener, and the listener must not hold the {@link ResponseStream},
+   * or an abandoned stream could never become unreachable and be cancelled by the {@link Cleaner}.
+   */
+  private static final class Inbox<T> extends ClientCall.Listener<T> implements Runnable {
+    final LinkedBlockingQueue<Object> queue = new LinkedBlockingQueue<>();
+    final AtomicBoolean finished = new AtomicBoolean();
+    final ClientCall<?, T> call;
+    final long idleNanos;
+    volatile long lastMessageNanos = System.nanoTime();
+    volatile ScheduledFuture<?> idleCheck;
 
-    Canceller(ClientCall<?, ?> call, AtomicBoolean finished) {
+    Inbox(ClientCall<?, T> call, Duration idleTimeout) {
       this.call = call;
-      this.finished = finished;
+      this.idleNanos = idleTimeout == null ? 0 : idleTimeout.toNanos();
     }
 
     @Override
-    public void run() {
+    public void onMessage(T message) {
+      lastMessageNanos = System.nanoTime();
+      queue.add(message);
+    }
+
+    @Override
+    public void onClose(Status status, Metadata trailers) {
       if (finished.compareAndSet(false, true)) {
-        call.cancel("ResponseStream closed", null);
+        queue.add(status.isOk() ? END : new Failure(status, trailers));
+      }
+      stopIdleCheck();
+    }
+
+    void scheduleIdleCheck(long delayNanos) {
+      if (idleNanos > 0 && !finished.get()) {
+        idleCheck = TIMER.schedule(this, delayNanos, TimeUnit.NANOSECONDS);
+      }
+    }
+
+    void stopIdleCheck() {
+      ScheduledFuture<?> f = idleCheck;
+      if (f != null) {
+        f.cancel(false);
+      }
+    }
+
+    /** The idle check: cancels the call if no message arrived for the idle timeout. */
+    @Override
+    public void run() {
+      if (finished.get()) {
+        return;
+      }
+      long idle = System.nanoTime() - lastMessageNanos;
+      if (idle < idleNanos) {
+        scheduleIdleCheck(idleNanos - idle);
+        return;
+      }
+      if (finished.compareAndSet(false, true)) {
+        Duration d = Duration.ofNanos(idleNanos);
+        queue.add(
+            new Failure(
+                Status.DEADLINE_EXCEEDED.withDescription(
+                    "stream idle timeout: no message for " + d.toMillis() + " ms"),
+                null));
+        call.cancel("stream idle timeout", null);
+      }
+    }
+
+    /** Cancels the call if it has not ended; used by close() and by the Cleaner. */
+    void cancel(String why) {
+      stopIdleCheck();
+      if (finished.compareAndSet(false, true)) {
+        call.cancel(why, null);
       }
     }
   }
 
-  <Q> ResponseStream(ClientCall<Q, T> call, Q request, String requestId, int prefetch) {
+  /** The Cleaner's action: refers to the inbox (and so the call), never to the stream. */
+  private static final class Canceller implements Runnable {
+    private final Inbox<?> inbox;
+
+    Canceller(Inbox<?> inbox) {
+      this.inbox = inbox;
+    }
+
+    @Override
+    public void run() {
+      inbox.cancel("ResponseStream closed or unreachable");
+    }
+  }
+
+  <Q> ResponseStream(
+      ClientCall<Q, T> call, Q request, String requestId, int prefetch, Duration idleTimeout) {
     this.call = call;
     this.requestId = requestId;
-    this.finished = new AtomicBoolean();
     this.refill = Math.max(1, prefetch / 2);
-    LinkedBlockingQueue<Object> q = this.queue;
-    AtomicBoolean fin = this.finished;
-    call.start(
-        new ClientCall.Listener<T>() {
-          @Override
-          public void onMessage(T message) {
-            q.add(message);
-          }
-
-          @Override
-          public void onClose(Status status, Metadata trailers) {
-            fin.set(true);
-            q.add(status.isOk() ? END : new Failure(status, trailers));
-          }
-        },
-        new Metadata());
+    this.inbox = new Inbox<>(call, idleTimeout);
+    call.start(inbox, new Metadata());
     try {
       call.sendMessage(request);
       call.halfClose();
@@ -113,7 +180,21 @@ public final class ResponseStream<T> implements Iterator<T>, Iterable<T>, AutoCl
       call.cancel("failed to send the request", e);
       throw e;
     }
-    this.cleanable = CLEANER.register(this, new Canceller(call, finished));
+    this.cleanable = CLEANER.register(this, new Canceller(inbox));
+    inbox.scheduleIdleCheck(inbox.idleNanos);
+  }
+
+  private static ScheduledExecutorService newTimer() {
+    ScheduledThreadPoolExecutor t =
+        new ScheduledThreadPoolExecutor(
+            1,
+            r -> {
+              Thread th = new Thread(r, "xinserve-stream-idle-timer");
+              th.setDaemon(true);
+              return th;
+            });
+    t.setRemoveOnCancelPolicy(true);
+    return t;
   }
 
   /**
@@ -129,8 +210,9 @@ public final class ResponseStream<T> implements Iterator<T>, Iterable<T>, AutoCl
    * Waits for the next message or the end of the stream.
    *
    * @return {@code true} if {@link #next()} will return a message
-   * @throws XinserveException if the call failed (deadline, server error, cancellation by someone
-   *     other than this stream's {@link #close()})
+   * @throws XinserveException if the call failed (deadline, idle timeout, server error,
+   *     cancellation by someone other than this stream's {@link #close()}, an Abort); its {@link
+   *     XinserveException#requestId()} is this stream's
    */
   @Override
   public boolean hasNext() {
@@ -147,14 +229,14 @@ public final class ResponseStream<T> implements Iterator<T>, Iterable<T>, AutoCl
     }
     Object item;
     try {
-      item = queue.take();
+      item = inbox.queue.take();
     } catch (InterruptedException e) {
       Thread.currentThread().interrupt();
       close();
       throw new CancelledException(
           new ErrorDetails(
               Status.Code.CANCELLED, "interrupted while waiting for the stream", null, null, null,
-              null, null),
+              null, null, requestId),
           e);
     }
     if (item == END) {
@@ -168,7 +250,7 @@ public final class ResponseStream<T> implements Iterator<T>, Iterable<T>, AutoCl
       if (closedByCaller) {
         return false;
       }
-      throw XinserveExceptions.of(f.status, f.trailers);
+      throw XinserveExceptions.of(f.status, f.trailers, requestId);
     }
     next = item;
     // keep up to `prefetch` messages in flight, asking for more in batches (fewer thread hops)
@@ -216,7 +298,7 @@ public final class ResponseStream<T> implements Iterator<T>, Iterable<T>, AutoCl
 
   /** @return whether the call has ended (completed, failed or cancelled) */
   public boolean isFinished() {
-    return finished.get();
+    return inbox.finished.get();
   }
 
   /**

@@ -111,6 +111,11 @@ public final class XinserveClient implements AutoCloseable {
   private final Duration streamDeadline;
   private final int streamPrefetch;
   private final ClientHeaders.Bearer bearer;
+  private final Duration streamIdleTimeout;
+  private final String defaultModel;
+  private final String defaultEmbeddingModel;
+  private final String target;
+  private final ManagedChannel stateChannel;
 
   private XinserveClient(
       ManagedChannel ownedChannel,
@@ -118,13 +123,23 @@ public final class XinserveClient implements AutoCloseable {
       Duration unaryDeadline,
       Duration streamDeadline,
       int streamPrefetch,
-      ClientHeaders.Bearer bearer) {
+      ClientHeaders.Bearer bearer,
+      Duration streamIdleTimeout,
+      String defaultModel,
+      String defaultEmbeddingModel,
+      String target,
+      ManagedChannel stateChannel) {
     this.ownedChannel = ownedChannel;
     this.channel = channel;
     this.unaryDeadline = unaryDeadline;
     this.streamDeadline = streamDeadline;
     this.streamPrefetch = streamPrefetch;
     this.bearer = bearer;
+    this.streamIdleTimeout = streamIdleTimeout;
+    this.defaultModel = defaultModel;
+    this.defaultEmbeddingModel = defaultEmbeddingModel;
+    this.target = target;
+    this.stateChannel = stateChannel;
   }
 
   /** @return a new builder; at least {@link Builder#target} (or a channel) must be set */
@@ -142,7 +157,138 @@ public final class XinserveClient implements AutoCloseable {
    */
   public XinserveClient withDeadline(Duration deadline) {
     Objects.requireNonNull(deadline, "deadline");
-    return new XinserveClient(null, channel, deadline, deadline, streamPrefetch, bearer);
+    return new XinserveClient(
+        null,
+        channel,
+        deadline,
+        deadline,
+        streamPrefetch,
+        bearer,
+        streamIdleTimeout,
+        defaultModel,
+        defaultEmbeddingModel,
+        target,
+        stateChannel);
+  }
+
+  /**
+   * @return the generative model used when a request names none ({@link Builder#defaultModel}),
+   *     or empty
+   */
+  public java.util.Optional<String> defaultModel() {
+    return java.util.Optional.ofNullable(defaultModel);
+  }
+
+  /**
+   * @return the embedding model used when a request names none ({@link
+   *     Builder#defaultEmbeddingModel}), or empty
+   */
+  public java.util.Optional<String> defaultEmbeddingModel() {
+    return java.util.Optional.ofNullable(defaultEmbeddingModel);
+  }
+
+  /** @return the target this client calls (as given to the builder), or {@code "channel"} */
+  public String target() {
+    return target;
+  }
+
+  /**
+   * The connectivity state of the client's channel (gRPC {@code ManagedChannel#getState}).
+   *
+   * @param requestConnection whether to start connecting if the channel is idle
+   * @return the state; {@code READY} when the channel is unknown (a caller's plain {@link Channel})
+   */
+  public io.grpc.ConnectivityState connectivityState(boolean requestConnection) {
+    return stateChannel == null
+        ? io.grpc.ConnectivityState.READY
+        : stateChannel.getState(requestConnection);
+  }
+
+  // ---------------------------------------------------------------- text shortcuts
+
+  /**
+   * Generates a completion of a prompt with the default model and the model's default sampling
+   * parameters.
+   *
+   * @param prompt the prompt
+   * @return the text of the first completion
+   * @throws IllegalStateException if no {@link Builder#defaultModel} is set
+   * @throws XinserveException on failure, as for {@link #generate}
+   */
+  public String generateText(String prompt) {
+    return generate(GenerateRequest.newBuilder().setModel(requireModel()).setPrompt(prompt).build())
+        .getOutputs(0)
+        .getText();
+  }
+
+  /**
+   * Streams a completion of a prompt with the default model as text pieces. Close the returned
+   * {@link java.util.stream.Stream} (try-with-resources) to cancel the call early.
+   *
+   * @param prompt the prompt
+   * @return the text deltas, in order
+   * @throws IllegalStateException if no {@link Builder#defaultModel} is set
+   */
+  public java.util.stream.Stream<String> streamText(String prompt) {
+    return generateStream(
+            GenerateRequest.newBuilder().setModel(requireModel()).setPrompt(prompt).build())
+        .stream()
+        .map(GenerateStreamResponse::getText)
+        .filter(t -> !t.isEmpty());
+  }
+
+  /**
+   * One chat turn with the default model: a system and a user message, through the model's chat
+   * template.
+   *
+   * @param system the system message, or {@code null}/empty for none
+   * @param user the user message
+   * @return the assistant's reply
+   * @throws IllegalStateException if no {@link Builder#defaultModel} is set
+   * @throws XinserveException on failure, as for {@link #chat(ChatRequest)}
+   */
+  public String chat(String system, String user) {
+    ChatRequest.Builder b = ChatRequest.newBuilder().setModel(requireModel());
+    if (system != null && !system.isEmpty()) {
+      b.addMessages(io.xinserve.v1.ChatMessage.newBuilder().setRole("system").setContent(system));
+    }
+    b.addMessages(io.xinserve.v1.ChatMessage.newBuilder().setRole("user").setContent(user));
+    return chat(b.build()).getOutputs(0).getText();
+  }
+
+  /**
+   * Embeds texts with the default embedding model.
+   *
+   * @param inputs the texts
+   * @return the vectors, one per input, in input order
+   * @throws IllegalStateException if no {@link Builder#defaultEmbeddingModel} is set
+   */
+  public List<float[]> embed(List<String> inputs) {
+    if (defaultEmbeddingModel == null) {
+      throw new IllegalStateException("no default embedding model: set Builder.defaultEmbeddingModel");
+    }
+    return embed(defaultEmbeddingModel, inputs);
+  }
+
+  String requireModel() {
+    if (defaultModel == null) {
+      throw new IllegalStateException("no default model: set Builder.defaultModel");
+    }
+    return defaultModel;
+  }
+
+  GenerateRequest withModel(GenerateRequest r) {
+    return r.getModel().isEmpty() && defaultModel != null ? r.toBuilder().setModel(defaultModel).build() : r;
+  }
+
+  ChatRequest withModel(ChatRequest r) {
+    return r.getModel().isEmpty() && defaultModel != null ? r.toBuilder().setModel(defaultModel).build() : r;
+  }
+
+  EmbedRequest withModel(EmbedRequest r) {
+    return r.getModel().isEmpty() && defaultEmbeddingModel != null
+        ? r.toBuilder().setModel(defaultEmbeddingModel).build()
+        : r;
   }
 
   /**
@@ -167,6 +313,7 @@ public final class XinserveClient implements AutoCloseable {
    * @throws XinserveException any other failure
    */
   public GenerateResponse generate(GenerateRequest request) {
+    request = withModel(request);
     return blocking(InferenceServiceGrpc.getGenerateMethod(), request, request.getRequestId());
   }
 
@@ -178,7 +325,23 @@ public final class XinserveClient implements AutoCloseable {
    *     XinserveException}
    */
   public CompletableFuture<GenerateResponse> generateAsync(GenerateRequest request) {
+    request = withModel(request);
     return async(InferenceServiceGrpc.getGenerateMethod(), request, request.getRequestId());
+  }
+
+  /**
+   * {@link #generateAsync(GenerateRequest)} with its own deadline. Unlike {@link
+   * CompletableFuture#orTimeout}, which only completes the future and leaves the call (and the
+   * server's engine request) running, the deadline ends the call itself: the future then fails with
+   * {@link io.xinserve.client.errors.DeadlineExceededException}.
+   *
+   * @param request the request
+   * @param deadline the deadline from now; {@link Duration#ZERO} for none
+   * @return a future completed with the response, or exceptionally with a {@link
+   *     XinserveException}
+   */
+  public CompletableFuture<GenerateResponse> generateAsync(GenerateRequest request, Duration deadline) {
+    return withDeadline(deadline).generateAsync(request);
   }
 
   /**
@@ -188,6 +351,7 @@ public final class XinserveClient implements AutoCloseable {
    * @return the open stream
    */
   public ResponseStream<GenerateStreamResponse> generateStream(GenerateRequest request) {
+    request = withModel(request);
     return openStream(
         InferenceServiceGrpc.getGenerateStreamMethod(), request, request.getRequestId());
   }
@@ -199,8 +363,9 @@ public final class XinserveClient implements AutoCloseable {
    * @param listener receives the deltas, then completion or the error
    * @return a handle whose {@code cancel()} cancels the call
    */
-  public Cancellable generateStream(
+  public CallHandle generateStream(
       GenerateRequest request, StreamListener<GenerateStreamResponse> listener) {
+    request = withModel(request);
     return observe(
         InferenceServiceGrpc.getGenerateStreamMethod(), request, request.getRequestId(), listener);
   }
@@ -213,6 +378,7 @@ public final class XinserveClient implements AutoCloseable {
    * @throws XinserveException on failure, as for {@link #generate}
    */
   public ChatResponse chat(ChatRequest request) {
+    request = withModel(request);
     return blocking(InferenceServiceGrpc.getChatMethod(), request, request.getRequestId());
   }
 
@@ -223,7 +389,20 @@ public final class XinserveClient implements AutoCloseable {
    * @return a future of the reply
    */
   public CompletableFuture<ChatResponse> chatAsync(ChatRequest request) {
+    request = withModel(request);
     return async(InferenceServiceGrpc.getChatMethod(), request, request.getRequestId());
+  }
+
+  /**
+   * {@link #chatAsync(ChatRequest)} with its own deadline, which (unlike {@link
+   * CompletableFuture#orTimeout}) ends the call itself.
+   *
+   * @param request the request
+   * @param deadline the deadline from now; {@link Duration#ZERO} for none
+   * @return a future of the reply
+   */
+  public CompletableFuture<ChatResponse> chatAsync(ChatRequest request, Duration deadline) {
+    return withDeadline(deadline).chatAsync(request);
   }
 
   /**
@@ -233,6 +412,7 @@ public final class XinserveClient implements AutoCloseable {
    * @return the open stream
    */
   public ResponseStream<ChatStreamResponse> chatStream(ChatRequest request) {
+    request = withModel(request);
     return openStream(InferenceServiceGrpc.getChatStreamMethod(), request, request.getRequestId());
   }
 
@@ -243,7 +423,8 @@ public final class XinserveClient implements AutoCloseable {
    * @param listener receives the deltas, then completion or the error
    * @return a handle whose {@code cancel()} cancels the call
    */
-  public Cancellable chatStream(ChatRequest request, StreamListener<ChatStreamResponse> listener) {
+  public CallHandle chatStream(ChatRequest request, StreamListener<ChatStreamResponse> listener) {
+    request = withModel(request);
     return observe(
         InferenceServiceGrpc.getChatStreamMethod(), request, request.getRequestId(), listener);
   }
@@ -256,6 +437,7 @@ public final class XinserveClient implements AutoCloseable {
    * @throws XinserveException on failure
    */
   public EmbedResponse embed(EmbedRequest request) {
+    request = withModel(request);
     return blocking(InferenceServiceGrpc.getEmbedMethod(), request, request.getRequestId());
   }
 
@@ -289,6 +471,7 @@ public final class XinserveClient implements AutoCloseable {
    * @return a future of the response
    */
   public CompletableFuture<EmbedResponse> embedAsync(EmbedRequest request) {
+    request = withModel(request);
     return async(InferenceServiceGrpc.getEmbedMethod(), request, request.getRequestId());
   }
 
@@ -485,16 +668,17 @@ public final class XinserveClient implements AutoCloseable {
   }
 
   private <Q, R> R blocking(MethodDescriptor<Q, R> method, Q request, String requestId) {
+    String rid = requestIdOrNew(requestId);
     try {
-      return ClientCalls.blockingUnaryCall(
-          channel, method, unaryOptions(requestIdOrNew(requestId)), request);
+      return ClientCalls.blockingUnaryCall(channel, method, unaryOptions(rid), request);
     } catch (StatusRuntimeException e) {
-      throw XinserveExceptions.from(e);
+      throw XinserveExceptions.from(e, rid);
     }
   }
 
   <Q, R> CompletableFuture<R> async(MethodDescriptor<Q, R> method, Q request, String requestId) {
-    ClientCall<Q, R> call = channel.newCall(method, unaryOptions(requestIdOrNew(requestId)));
+    String rid = requestIdOrNew(requestId);
+    ClientCall<Q, R> call = channel.newCall(method, unaryOptions(rid));
     CompletableFuture<R> future = new CompletableFuture<>();
     future.whenComplete(
         (r, t) -> {
@@ -515,7 +699,7 @@ public final class XinserveClient implements AutoCloseable {
 
           @Override
           public void onError(Throwable t) {
-            future.completeExceptionally(XinserveExceptions.from(t));
+            future.completeExceptionally(XinserveExceptions.from(t, rid));
           }
 
           @Override
@@ -535,13 +719,14 @@ public final class XinserveClient implements AutoCloseable {
             method,
             streamOptions(rid)
                 .withExecutor(com.google.common.util.concurrent.MoreExecutors.directExecutor()));
-    return new ResponseStream<>(call, request, rid, streamPrefetch);
+    return new ResponseStream<>(call, request, rid, streamPrefetch, streamIdleTimeout);
   }
 
-  private <Q, R> Cancellable observe(
+  private <Q, R> CallHandle observe(
       MethodDescriptor<Q, R> method, Q request, String requestId, StreamListener<R> listener) {
     Objects.requireNonNull(listener, "listener");
-    ClientCall<Q, R> call = newStreamCall(method, requestIdOrNew(requestId));
+    String rid = requestIdOrNew(requestId);
+    ClientCall<Q, R> call = newStreamCall(method, rid);
     call.start(
         new ClientCall.Listener<R>() {
           @Override
@@ -560,7 +745,7 @@ public final class XinserveClient implements AutoCloseable {
             if (status.isOk()) {
               listener.onCompleted();
             } else {
-              listener.onError(XinserveExceptions.of(status, trailers));
+              listener.onError(XinserveExceptions.of(status, trailers, rid));
             }
           }
         },
@@ -568,7 +753,17 @@ public final class XinserveClient implements AutoCloseable {
     call.sendMessage(request);
     call.halfClose();
     call.request(1);
-    return () -> call.cancel("cancelled by the caller", null);
+    return new CallHandle() {
+      @Override
+      public void cancel() {
+        call.cancel("cancelled by the caller", null);
+      }
+
+      @Override
+      public String requestId() {
+        return rid;
+      }
+    };
   }
 
   static Map<String, Object> serviceConfig(String loadBalancingPolicy, RetryPolicy retry) {
@@ -630,8 +825,54 @@ public final class XinserveClient implements AutoCloseable {
     private Consumer<ManagedChannelBuilder<?>> customizer;
     private int streamPrefetch = 16;
     private String userAgent = "xinserve-java";
+    private Duration streamIdleTimeout = Duration.ZERO;
+    private String defaultModel;
+    private String defaultEmbeddingModel;
 
     private Builder() {}
+
+    /**
+     * Cancels a {@link ResponseStream} that receives no message for this long (the server may be
+     * stuck, or the reader forgot the stream); its reader then gets a {@link
+     * io.xinserve.client.errors.DeadlineExceededException}. Unlike the stream deadline it does not
+     * limit long generations that keep producing tokens.
+     *
+     * @param timeout the idle limit; {@link Duration#ZERO} (default) for none
+     * @return this builder
+     */
+    public Builder streamIdleTimeout(Duration timeout) {
+      Objects.requireNonNull(timeout, "timeout");
+      if (timeout.isNegative()) {
+        throw new IllegalArgumentException("streamIdleTimeout must be >= 0");
+      }
+      this.streamIdleTimeout = timeout;
+      return this;
+    }
+
+    /**
+     * The generative model used by the text shortcuts ({@link XinserveClient#generateText}, {@link
+     * XinserveClient#streamText}, {@link XinserveClient#chat(String, String)}) and by every
+     * generate/chat request whose {@code model} is empty.
+     *
+     * @param model a served model name, or {@code null} for none
+     * @return this builder
+     */
+    public Builder defaultModel(String model) {
+      this.defaultModel = model == null || model.isBlank() ? null : model;
+      return this;
+    }
+
+    /**
+     * The embedding model used by {@link XinserveClient#embed(List)} and by embed requests whose
+     * {@code model} is empty.
+     *
+     * @param model a served embedding model name, or {@code null} for none
+     * @return this builder
+     */
+    public Builder defaultEmbeddingModel(String model) {
+      this.defaultEmbeddingModel = model == null || model.isBlank() ? null : model;
+      return this;
+    }
 
     /**
      * The server to call, as a gRPC target URI: {@code dns:///host:port} (all addresses of the
@@ -937,6 +1178,7 @@ public final class XinserveClient implements AutoCloseable {
      * @throws UncheckedIOException if PEM material cannot be parsed
      */
     public XinserveClient build() {
+      ProtobufRuntimeCheck.verify();
       ManagedChannel owned = null;
       Channel base;
       if (channel != null) {
@@ -980,6 +1222,7 @@ public final class XinserveClient implements AutoCloseable {
         base = owned;
       }
       List<ClientInterceptor> all = new ArrayList<>();
+      all.add(new AbortedAsCancelled());
       all.add(new ClientHeaders.Interceptor(headers));
       // ClientInterceptors.intercept runs the last one first: reverse the user's order
       List<ClientInterceptor> user = new ArrayList<>(interceptors);
@@ -992,7 +1235,12 @@ public final class XinserveClient implements AutoCloseable {
           unaryDeadline,
           streamDeadline,
           streamPrefetch,
-          tokens == null ? null : new ClientHeaders.Bearer(tokens));
+          tokens == null ? null : new ClientHeaders.Bearer(tokens),
+          streamIdleTimeout,
+          defaultModel,
+          defaultEmbeddingModel,
+          target != null ? target : "channel",
+          channel != null ? channel : owned);
     }
 
     private ChannelCredentials credentials() {

@@ -22,6 +22,8 @@ final class FakeServer implements AutoCloseable {
   final String name = InProcessServerBuilder.generateName();
   final LinkedBlockingQueue<Metadata> headers = new LinkedBlockingQueue<>();
   final Map<String, AtomicInteger> attempts = new ConcurrentHashMap<>();
+  /** Calls the server saw cancelled (also those cancelled before their handler ran). */
+  final java.util.concurrent.Semaphore cancels = new java.util.concurrent.Semaphore(0);
   final Server server;
 
   FakeServer(InferenceServiceGrpc.InferenceServiceImplBase service) throws IOException {
@@ -34,7 +36,14 @@ final class FakeServer implements AutoCloseable {
             attempts
                 .computeIfAbsent(call.getMethodDescriptor().getBareMethodName(), k -> new AtomicInteger())
                 .incrementAndGet();
-            return next.startCall(call, md);
+            return new io.grpc.ForwardingServerCallListener.SimpleForwardingServerCallListener<Q>(
+                next.startCall(call, md)) {
+              @Override
+              public void onCancel() {
+                cancels.release();
+                super.onCancel();
+              }
+            };
           }
         };
     server =

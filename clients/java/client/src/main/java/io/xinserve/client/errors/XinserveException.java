@@ -23,6 +23,7 @@ public class XinserveException extends RuntimeException {
   private final String domain;
   private final transient Map<String, String> errorMetadata;
   private final transient Duration retryDelay;
+  private final String requestId;
 
   /**
    * Creates an exception from its parts; normally done by {@link XinserveExceptions#from}.
@@ -37,6 +38,16 @@ public class XinserveException extends RuntimeException {
     this.domain = details.domain();
     this.errorMetadata = details.metadata();
     this.retryDelay = details.retryDelay();
+    this.requestId = details.requestId();
+  }
+
+  /**
+   * @return the call's {@code x-request-id} (the request's {@code request_id}, or the id the client
+   *     generated), under which the server's audit log recorded the call; empty if the failure
+   *     happened outside a call
+   */
+  public Optional<String> requestId() {
+    return Optional.ofNullable(requestId);
   }
 
   /** @return the gRPC status code of the failed call */

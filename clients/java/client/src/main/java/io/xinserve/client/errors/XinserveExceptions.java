@@ -31,6 +31,17 @@ public final class XinserveExceptions {
    * @return the typed exception, never {@code null}
    */
   public static XinserveException from(Throwable t) {
+    return from(t, null);
+  }
+
+  /**
+   * As {@link #from(Throwable)}, recording the call's request id in the exception.
+   *
+   * @param t the failure
+   * @param requestId the call's {@code x-request-id}, or {@code null}
+   * @return the typed exception, never {@code null}
+   */
+  public static XinserveException from(Throwable t, String requestId) {
     Throwable cur = t;
     while ((cur instanceof CompletionException || cur instanceof ExecutionException)
         && cur.getCause() != null) {
@@ -40,11 +51,12 @@ public final class XinserveExceptions {
       return xe;
     }
     if (cur instanceof CancellationException) {
-      return of(Status.CANCELLED.withDescription("cancelled by the caller").withCause(cur), null);
+      return of(
+          Status.CANCELLED.withDescription("cancelled by the caller").withCause(cur), null, requestId);
     }
     Status status = Status.fromThrowable(cur);
     Metadata trailers = Status.trailersFromThrowable(cur);
-    return of(status, trailers, cur);
+    return of(status, trailers, cur, requestId);
   }
 
   /**
@@ -55,14 +67,42 @@ public final class XinserveExceptions {
    * @return the typed exception
    */
   public static XinserveException of(Status status, Metadata trailers) {
-    return of(status, trailers, status.asRuntimeException(trailers));
+    return of(status, trailers, status.asRuntimeException(trailers), null);
   }
 
-  private static XinserveException of(Status status, Metadata trailers, Throwable cause) {
-    ErrorDetails details = decode(status, trailers);
+  /**
+   * As {@link #of(Status, Metadata)}, recording the call's request id in the exception.
+   *
+   * @param status the non-OK status
+   * @param trailers the trailers, may be {@code null}
+   * @param requestId the call's {@code x-request-id}, or {@code null}
+   * @return the typed exception
+   */
+  public static XinserveException of(Status status, Metadata trailers, String requestId) {
+    return of(status, trailers, status.asRuntimeException(trailers), requestId);
+  }
+
+  private static XinserveException of(
+      Status status, Metadata trailers, Throwable cause, String requestId) {
+    ErrorDetails details = decode(status, trailers).withRequestId(requestId);
     Throwable c = cause;
     if (!(c instanceof StatusRuntimeException) && !(c instanceof StatusException)) {
       c = status.asRuntimeException(trailers);
+    }
+    Throwable tls = status.getCode() == Status.Code.UNAVAILABLE ? tlsFailure(status.getCause()) : null;
+    if (tls != null) {
+      String what = tls.getMessage() == null ? tls.getClass().getSimpleName() : tls.getMessage();
+      return new TlsHandshakeException(
+          new ErrorDetails(
+              details.code(),
+              "TLS handshake failed: " + what,
+              details.reason(),
+              details.domain(),
+              details.metadata(),
+              null,
+              details.fieldViolations(),
+              requestId),
+          c);
     }
     switch (details.code()) {
       case INVALID_ARGUMENT:
@@ -87,6 +127,16 @@ public final class XinserveExceptions {
       default:
         return new XinserveException(details, c);
     }
+  }
+
+  private static Throwable tlsFailure(Throwable t) {
+    for (Throwable cur = t; cur != null; cur = cur.getCause() == cur ? null : cur.getCause()) {
+      if (cur instanceof javax.net.ssl.SSLException
+          || cur instanceof java.security.cert.CertificateException) {
+        return cur;
+      }
+    }
+    return null;
   }
 
   /**
