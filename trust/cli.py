@@ -271,7 +271,7 @@ def _add_common(p: argparse.ArgumentParser) -> None:
 
 
 def add_commands(subparsers: Any) -> None:
-    """Register ``keys``, ``sign`` and ``verify`` on the ``xinserve`` command's subparsers."""
+    """Register ``keys``, ``sign``, ``verify`` and ``encrypt`` on the ``xinserve`` command's subparsers."""
     keys = subparsers.add_parser("keys", help="generate SM2 keys, manage a trust store")
     ks = keys.add_subparsers(dest="keys_command", metavar="ACTION", required=True)
     g = ks.add_parser("generate", help="generate an SM2 key pair (PKCS#8 + SubjectPublicKeyInfo PEM)", epilog=_EPILOG)
@@ -357,6 +357,10 @@ def add_commands(subparsers: Any) -> None:
     vi.add_argument("--trust-store", required=True, metavar="DIR", help="trust store directory")
     vi.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
     vi.set_defaults(func=_run(_verify_image))
+
+    from trust.tee.cli import add_commands as add_tee_commands
+
+    add_tee_commands(subparsers, _run, _EPILOG)
 
 
 def main(argv: list[str] | None = None) -> int:
