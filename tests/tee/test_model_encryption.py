@@ -121,8 +121,10 @@ def test_cli_encrypts_signs_and_the_signature_verifies_without_the_key(model: Pa
     key_file = tmp_path / "model.key"
     out = tmp_path / "enc"
     rc = main(
-        ["encrypt", "model", str(model), "--key-id", "repo/model-key/tiny", "--key-file", str(key_file)]
-        + ["-o", str(out), "--sign-key", str(key_pem), "--name", "tiny"]
+        [
+            *("encrypt", "model", str(model), "--key-id", "repo/model-key/tiny", "--key-file", str(key_file)),
+            *("-o", str(out), "--sign-key", str(key_pem), "--name", "tiny"),
+        ]
     )
     printed = capsys.readouterr().out
     assert rc == 0

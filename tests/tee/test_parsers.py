@@ -72,7 +72,7 @@ def test_tdx_quote_damage_is_a_precise_error(mutate, message: str) -> None:
 
 
 def test_snp_wrong_size_and_version() -> None:
-    with pytest.raises(EvidenceParseError, match="0x4a0|1184"):
+    with pytest.raises(EvidenceParseError, match=r"0x4a0|1184"):
         parse_snp_report(SNP[:-1])
     with pytest.raises(EvidenceParseError, match="version 9"):
         parse_snp_report(struct.pack("<I", 9) + SNP[4:])
