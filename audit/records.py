@@ -53,6 +53,13 @@ class EventType(enum.StrEnum):
     AUDITOR_QUERY = "auditor_query"
     AUDIT_RECOVERED = "audit_recovered"
     AUDIT_RECORDS_LOST = "audit_records_lost"
+    ATTESTATION_COLLECTED = "attestation_collected"
+    """TEE evidence was collected (``purpose``: startup, key_release, client); ``recorded`` marks
+    replayed evidence. Carries SM3 digests of the evidence and report data, never the evidence."""
+    KEY_RELEASED = "key_released"
+    """A key broker released a model key (``kbs``, ``resource``); never the key itself."""
+    KEY_REFUSED = "key_refused"
+    """A model key was not released (``kbs``, ``resource``, ``reason``); the model is not served."""
 
 
 DetailValue = str | int | bool
