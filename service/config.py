@@ -20,6 +20,7 @@ from pydantic_settings import BaseSettings, EnvSettingsSource, PydanticBaseSetti
 
 from audit.config import AuditSettings
 from engine_backends.platforms import DEVICE_CHOICES
+from trust.tee.config import TeeSettings
 
 
 class ConfigError(Exception):
@@ -178,6 +179,8 @@ class Settings(BaseSettings):
     models: list[ModelSettings] = Field(default_factory=list)
     """Models to serve; empty serves the embedded default models."""
     trust: TrustSettings = Field(default_factory=TrustSettings)
+    tee: TeeSettings = Field(default_factory=TeeSettings)
+    """TEE evidence provider, key broker, decrypted-model directory (docs/tee.md)."""
     audit: AuditSettings = Field(default_factory=AuditSettings)
     """The audit log (docs/audit.md). ``audit.path`` defaults to ``<data_dir>/audit/audit.db`` and
     ``audit.signing_key_path`` to ``<data_dir>/keys/server-sm2.pem`` (created on first start)."""
