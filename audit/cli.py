@@ -71,7 +71,22 @@ def add_commands(subparsers: Any) -> None:
         action="append",
         default=[],
         metavar="FILE",
-        help="a checkpoint you exported earlier (JSON): the log must still contain it",
+        help="anchors kept off the host: a checkpoint exported earlier (JSON), `export --checkpoints` "
+        "output, an anchor file, or the syslog collector's file of the shipped stream; repeatable. The "
+        "log must still hold every anchored checkpoint and record: rollback, wipe and truncation fail",
+    )
+    v.add_argument(
+        "--tsa-cert",
+        action="append",
+        default=[],
+        metavar="PEM",
+        help="trusted root certificate(s) of the RFC 3161 time-stamping authority: check the anchors' "
+        "time-stamps and prove every purge's age with them",
+    )
+    v.add_argument(
+        "--archive-dir",
+        type=Path,
+        help="retention archive directory: every purge's archive must be there, unaltered, and verify",
     )
     v.add_argument(
         "--offline",
@@ -188,16 +203,27 @@ def _load_keys(paths: list[str]) -> list[Any]:
     return [Sm2PublicKey.from_pem(Path(p).read_bytes()) for p in paths]
 
 
+def _load_tsa_roots(paths: list[str]) -> list[Any]:
+    from audit.timestamping import load_tsa_roots
+
+    roots: list[Any] = []
+    for p in paths:
+        try:
+            roots.extend(load_tsa_roots(Path(p).read_bytes()))
+        except ValueError:
+            raise AuditConfigError(f"--tsa-cert {Path(p).name} is not a PEM certificate") from None
+    return roots
+
+
 @_guard
 def _run_verify(args: argparse.Namespace) -> int:
-    from audit.chain import SignedCheckpoint
+    from audit.config import parse_sm4_key
     from audit.query import format_time_ms
     from audit.verify import verify_store
 
     _check_record_range(args.start, args.end)
     keys = _load_keys(args.public_key)
     if args.archive is not None:
-        from audit.config import parse_sm4_key
         from audit.retention import verify_archive
 
         key = parse_sm4_key(args.archive_key_file.read_bytes()) if args.archive_key_file else None
@@ -210,27 +236,38 @@ def _run_verify(args: argparse.Namespace) -> int:
             if not problems:
                 print(f"OK   {args.archive.name}: chain and signed checkpoints verify")
         return EXIT_OK if not problems else EXIT_FAILED
-    anchors = []
-    for a in args.anchor:
-        try:
-            obj = json.loads(Path(a).read_text(encoding="utf-8"))
-        except json.JSONDecodeError:
-            raise AuditConfigError(f"anchor {a} is not JSON") from None
-        anchors.append(SignedCheckpoint.from_json(obj))
-    bar = _progress(args)
-    with _open(args) as store:
-        report = verify_store(
-            store,
-            keys,
-            chain=args.chain,
-            start=args.start,
-            end=args.end,
-            now_ms=None if args.offline else int(time.time() * 1000),
-            anchors=anchors,
-            progress=bar.update if bar is not None else None,
-        )
-    if bar is not None:
-        bar.close()
+    from audit.anchors import AnchorSet, load_anchors
+    from audit.verify import missing_store_report
+
+    anchors = load_anchors(args.anchor) if args.anchor else AnchorSet()
+    tsa_roots = _load_tsa_roots(args.tsa_cert) if args.tsa_cert else None
+    archive_key = parse_sm4_key(args.archive_key_file.read_bytes()) if args.archive_key_file else None
+    try:
+        settings = _store_settings(args)
+    except AuditStoreError as exc:
+        if not anchors or "does not exist" not in str(exc):
+            raise
+        report = missing_store_report(anchors, "the audit database does not exist (deleted)")
+    else:
+        from audit.stores import open_store
+
+        bar = _progress(args)
+        with open_store(settings, readonly=True) as store:
+            report = verify_store(
+                store,
+                keys,
+                chain=args.chain,
+                start=args.start,
+                end=args.end,
+                now_ms=None if args.offline else int(time.time() * 1000),
+                anchors=anchors,
+                progress=bar.update if bar is not None else None,
+                tsa_roots=tsa_roots,
+                archive_dir=args.archive_dir,
+                archive_key=archive_key,
+            )
+        if bar is not None:
+            bar.close()
     if args.json:
         print(json.dumps(report.to_json(), ensure_ascii=False))
     else:

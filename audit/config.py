@@ -27,6 +27,60 @@ class FailurePolicy(enum.StrEnum):
     ``audit_records_lost``."""
 
 
+class SyslogSettings(BaseModel):
+    """Where signed checkpoints (and optionally every record) are shipped as RFC 5424 syslog.
+
+    Transport: TCP with octet-counting framing (RFC 6587 section 3.4.1), TLS per RFC 5425 when
+    ``tls`` is on. A collector that is down fills a bounded buffer; what happens when it is full
+    follows the audit ``failure_policy`` (docs/audit.md, *Anchors off the host*).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    host: str = Field(min_length=1, max_length=253)
+    port: int = Field(default=6514, ge=1, le=65535)
+    """6514 is the IANA port of syslog over TLS (RFC 5425); plain TCP collectors usually use 514."""
+    tls: bool = True
+    ca_file: Path | None = None
+    """PEM CA bundle that verifies the collector's certificate (default: the system store)."""
+    server_name: str | None = None
+    """Name checked against the collector's certificate (default: ``host``)."""
+    client_cert_file: Path | None = None
+    client_key_file: Path | None = None
+    """Client certificate and key when the collector requires mutual TLS."""
+    ship_records: bool = False
+    """Also ship every record (its chain hash and canonical body), not only checkpoints."""
+    buffer_limit: int = Field(default=10_000, ge=1)
+    """Messages kept in memory while the collector is unreachable. At the limit ``fail_closed``
+    refuses new records (``log_and_continue`` goes on); 64 more are kept for checkpoints and
+    shipping events, then the oldest records (then checkpoints) are dropped, counted and recorded."""
+    retry_interval_s: float = Field(default=2.0, gt=0)
+    connect_timeout_s: float = Field(default=5.0, gt=0)
+    app_name: str = Field(default="xinserve", min_length=1, max_length=48, pattern=r"^[!-~]+$")
+    facility: int = Field(default=13, ge=0, le=23)
+    """RFC 5424 facility; 13 is *log audit*."""
+
+    @model_validator(mode="after")
+    def _client_pair(self) -> SyslogSettings:
+        if (self.client_cert_file is None) != (self.client_key_file is None):
+            raise ValueError("syslog client_cert_file and client_key_file go together")
+        if not self.tls and (self.ca_file or self.client_cert_file):
+            raise ValueError("syslog ca_file/client_cert_file need tls = true")
+        return self
+
+
+class TsaSettings(BaseModel):
+    """An RFC 3161 time-stamping authority that timestamps every signed checkpoint."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    url: str = Field(pattern=r"^https?://")
+    """The TSA's HTTP(S) endpoint (``application/timestamp-query``, RFC 3161 section 3.4)."""
+    ca_file: Path | None = None
+    """PEM CA bundle for an ``https`` TSA (default: the system store)."""
+    timeout_s: float = Field(default=10.0, gt=0)
+
+
 class StoreKind(enum.StrEnum):
     SQLITE = "sqlite"
     POSTGRESQL = "postgresql"
@@ -68,6 +122,14 @@ class AuditSettings(BaseModel):
     """SM2 private key (PEM) that signs checkpoints; usually the server's key (set by ``service``)."""
     signing_key_password_env: str | None = None
     """Name of the environment variable that holds the key's password, if encrypted."""
+    signing_key_password_file: Path | None = None
+    """Or: a file holding the password (first line; 0600 like the key)."""
+    allow_insecure_key_permissions: bool = False
+    """Warn instead of refusing a key or password file that its group or others can read."""
+    syslog: SyslogSettings | None = None
+    """Ship checkpoints (and optionally records) to a syslog collector off the host."""
+    tsa: TsaSettings | None = None
+    """Timestamp checkpoints with RFC 3161 from this TSA (the tokens travel with the anchors)."""
     content_capture: bool = False
     """Opt-in: store prompt/output content SM4-GCM-encrypted. Off: SM3 digests only."""
     content_key_path: Path | None = None
@@ -105,6 +167,10 @@ class AuditSettings(BaseModel):
             raise ValueError("store = postgresql needs archive_dir (retention archives before it purges)")
         if (self.content_capture or self.archive_encrypt) and not (self.content_key_path or self.content_key_env):
             raise ValueError("content_capture and archive_encrypt need content_key_path or content_key_env")
+        if self.signing_key_password_env and self.signing_key_password_file:
+            raise ValueError("signing_key_password_env and signing_key_password_file are exclusive")
+        if self.tsa is not None and self.syslog is None:
+            raise ValueError("tsa needs syslog: the timestamp tokens travel with the shipped checkpoints")
         return self
 
     def effective_archive_dir(self) -> Path:

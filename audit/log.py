@@ -41,6 +41,7 @@ from audit.errors import (
 )
 from audit.records import AuditRecord, EventType, encode_record, now_ms
 from audit.stores import QueryFilter, Store, StoredRecord, open_store
+from audit.syslog_shipper import SyslogShipper
 
 log = structlog.get_logger("xinserve.audit")
 
@@ -143,6 +144,10 @@ class AuditLog:
         self._last_checkpoint: SignedCheckpoint | None = None
         self._last_cp_monotonic = time.monotonic()
         self._verifier: Any = None
+        self._shipper: SyslogShipper | None = None
+        self._ship_records = False
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread: int | None = None
 
     # ------------------------------------------------------------------ opening
 
@@ -183,11 +188,32 @@ class AuditLog:
             settings=settings,
         )
         self._verifier = signer.public_key()
+        if settings.syslog is not None:
+            self.attach_shipper(SyslogShipper(settings.syslog, tsa=settings.tsa, on_state=self._shipping_event))
         await self.start(start_ticker=start_ticker)
         return self
 
+    def attach_shipper(self, shipper: SyslogShipper) -> None:
+        """Ship every checkpoint (and, with ``ship_records``, every record) through ``shipper``."""
+        self._shipper = shipper
+        self._ship_records = shipper.settings.ship_records
+
+    async def _shipping_event(self, state: str, detail: dict[str, Any]) -> None:
+        outcome = {"up": "OK", "lost": "DATA_LOSS"}.get(state, "UNAVAILABLE")
+        with contextlib.suppress(AuditUnavailable):
+            await self.append(
+                AuditRecord(
+                    event=EventType.AUDIT_ANCHOR_SHIPPING,
+                    outcome=outcome,
+                    time_ms=self._clock(),
+                    detail={"state": state, **detail},
+                ),
+                _internal=True,
+            )
+
     async def start(self, *, start_ticker: bool = True) -> None:
         loop = asyncio.get_running_loop()
+        self._loop, self._loop_thread = loop, threading.get_ident()
         try:
             await loop.run_in_executor(self._executor, self._open_sync)
         except AuditStoreError as exc:
@@ -199,6 +225,8 @@ class AuditLog:
             self._commit_executor.shutdown(wait=False)
             raise
         self._writer_task = asyncio.create_task(self._writer(), name="audit-writer")
+        if self._shipper is not None:
+            self._shipper.start()
         if start_ticker:
             self._ticker_task = asyncio.create_task(self._ticker(), name="audit-checkpointer")
         metrics.HEALTHY.set(1)
@@ -318,8 +346,17 @@ class AuditLog:
 
     @property
     def healthy(self) -> bool:
-        """False while the store refuses writes (the server reports NOT_SERVING / refuses calls)."""
-        return self._healthy
+        """False while the store refuses writes, or (``fail_closed``) while the anchor buffer for an
+        unreachable syslog collector is full (the server reports NOT_SERVING / refuses calls)."""
+        return self._healthy and not self._shipping_blocked()
+
+    def _shipping_blocked(self) -> bool:
+        return self._shipper is not None and self.failure_policy is FailurePolicy.FAIL_CLOSED and self._shipper.full
+
+    @property
+    def shipper(self) -> SyslogShipper | None:
+        """The syslog shipper of the anchors, if one is configured."""
+        return self._shipper
 
     @property
     def last_seq(self) -> int:
@@ -339,17 +376,29 @@ class AuditLog:
             "backlog": len(self._state.backlog),
             "disk_warning": self.disk_warning,
             "last_seq": self._state.seq,
+            **(
+                {
+                    "syslog_connected": self._shipper.connected,
+                    "syslog_buffered": self._shipper.buffered,
+                    "syslog_lost": self._shipper.lost,
+                }
+                if self._shipper is not None
+                else {}
+            ),
         }
 
-    async def append(self, record: AuditRecord) -> int | None:
+    async def append(self, record: AuditRecord, *, _internal: bool = False) -> int | None:
         """Append ``record``; return its sequence number once it is durably stored.
 
-        ``fail_closed``: raises :class:`AuditUnavailable` if it cannot be stored.
+        ``fail_closed``: raises :class:`AuditUnavailable` if it cannot be stored, or while the
+        anchor buffer of an unreachable syslog collector is full.
         ``log_and_continue``: returns ``None`` instead (the record waits in a bounded backlog).
         Raises :class:`AuditEncodingError` for a record that cannot be encoded.
         """
         if self._closed:
             raise AuditUnavailable("the audit log is closed")
+        if not _internal and self._shipping_blocked():
+            raise AuditUnavailable(UNAVAILABLE_MESSAGE)
         fut: asyncio.Future[int | None] = asyncio.get_running_loop().create_future()
         self._pending.append(_Item("rec", record, fut))
         self._wake.set()
@@ -475,6 +524,8 @@ class AuditLog:
         self._wake.set()
         if self._writer_task is not None:
             await self._writer_task
+        if self._shipper is not None:
+            await self._shipper.close()
         await asyncio.get_running_loop().run_in_executor(self._executor, self._close_store)
         self._executor.shutdown(wait=True)
         self._commit_executor.shutdown(wait=True)
@@ -487,6 +538,8 @@ class AuditLog:
     async def abort(self) -> None:
         """Stop without a closing checkpoint (tests: simulates a crash)."""
         self._closed = True
+        if self._shipper is not None:
+            await self._shipper.close(timeout_s=0)
         for task in (self._ticker_task, self._writer_task):
             if task is not None:
                 task.cancel()
@@ -656,6 +709,9 @@ class AuditLog:
 
     def _committed(self, prepared: _Prepared) -> None:
         metrics.RECORDS.inc(len(prepared.records))
+        if self._ship_records and self._shipper is not None:
+            for r in prepared.records:
+                self._shipper.offer_record(r.chain, r.seq, r.time_ms, r.hash, r.body)
         for cp in prepared.checkpoints:
             self._after_checkpoint(cp)
 
@@ -710,6 +766,12 @@ class AuditLog:
         self._last_checkpoint = cp
         self._last_cp_monotonic = time.monotonic()
         metrics.CHECKPOINTS.inc()
+        shipper, loop = self._shipper, self._loop
+        if shipper is not None and loop is not None:
+            if threading.get_ident() == self._loop_thread:
+                shipper.offer_checkpoint(cp)
+            else:
+                loop.call_soon_threadsafe(shipper.offer_checkpoint, cp)
 
     def _on_success(self, batch: list[_Item], results: list[Any]) -> None:
         if not self._healthy:

@@ -60,6 +60,12 @@ class EventType(enum.StrEnum):
     """A key broker released a model key (``kbs``, ``resource``); never the key itself."""
     KEY_REFUSED = "key_refused"
     """A model key was not released (``kbs``, ``resource``, ``reason``); the model is not served."""
+    AUDIT_ANCHOR_SHIPPING = "audit_anchor_shipping"
+    """The syslog collector went down (``UNAVAILABLE``), came back (``OK``), anchors were dropped
+    from the full buffer (``DATA_LOSS``, ``count``) or a checkpoint got no time-stamp."""
+    RPC_BEGIN = "rpc_begin"
+    """A streamed or long call started (written before its first output); its ``rpc`` record
+    follows with the same ``request_id``. A begin without an end means the process died."""
 
 
 DetailValue = str | int | bool

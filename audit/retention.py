@@ -175,7 +175,7 @@ def _retention_sync(
     anchor = store.hash_at(chain, through)
     if not isinstance(checked, tuple) or checked != (through, anchor):
         raise AuditError("the archive does not re-verify; nothing was purged")
-    digest = _file_sm3(path)
+    digest = file_sm3(path)
     st = lg._state
     saved = (st.cp_n, st.cp_digest)
     assert anchor is not None
@@ -205,7 +205,7 @@ def _safe(chain: str) -> str:
     return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in chain)[:64]
 
 
-def _file_sm3(path: Path) -> bytes:
+def file_sm3(path: Path) -> bytes:
     from trust.sm3 import sm3_file
 
     return sm3_file(path)[0]

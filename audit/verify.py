@@ -20,8 +20,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
+from audit.anchors import AnchorSet
 from audit.chain import GENESIS, Checkpoint, CheckpointKind, SignedCheckpoint, Verifier, chain_hash
 from audit.config import MIN_RETENTION_DAYS
 from audit.errors import AuditEncodingError, AuditRangeError
@@ -125,16 +127,28 @@ def verify_store(
     start: int | None = None,
     end: int | None = None,
     now_ms: int | None = None,
-    anchors: Sequence[SignedCheckpoint] = (),
+    anchors: Sequence[SignedCheckpoint] | AnchorSet = (),
     tolerance_ms: Callable[[int], int] = default_tolerance_ms,
     progress: Callable[[int], None] | None = None,
+    tsa_roots: Sequence[Any] | None = None,
+    archive_dir: Path | None = None,
+    archive_key: bytes | None = None,
 ) -> VerifyReport:
     """Verify every chain (or ``chain``) of ``store``; ``start``/``end`` restrict the record range.
 
     ``keys`` are the trusted public keys (``trust.sm2.Sm2PublicKey``); a checkpoint signed by
     any other key fails. ``now_ms`` enables the staleness check (pass the current time when
-    verifying a live log). ``anchors`` are checkpoints an auditor kept earlier: each must still
-    be in the log, byte for byte (this catches truncation that removed checkpoints too).
+    verifying a live log). ``anchors`` are checkpoints an auditor kept earlier, or an
+    :class:`~audit.anchors.AnchorSet` collected off the host (syslog stream, anchor files): each
+    anchored checkpoint must verify and still be in the log byte for byte, each anchored record
+    must still be there with the same chain hash (unless a verified purge removed it); this
+    detects a rolled-back, wiped, truncated or rebuilt store, and a chain with anchors but no
+    records or checkpoints left fails. With ``tsa_roots`` (RFC 3161 TSA trust anchors) every
+    anchored time-stamp token must verify, no checkpoint may claim a time later than the TSA
+    saw it, and every purge must be proved old enough by time-stamps (``purge_unproven``).
+    With ``archive_dir`` the archive each purge names must exist there, match its SM3 and
+    verify (``archive_key`` opens encrypted ones). Tables that were dropped or rebuilt with
+    other columns or types are reported as ``schema_altered`` (nothing else is read then).
 
     Returns a :class:`VerifyReport`, one :class:`ChainReport` per chain (sorted by chain id);
     tampering is a result (``ok`` false, problems listed), not an exception. Every broken
@@ -149,34 +163,234 @@ def verify_store(
     """
     _check_range(start, end)
     trusted = {k.key_id: k for k in keys}
+    anchor_set = anchors if isinstance(anchors, AnchorSet) else AnchorSet(checkpoints=list(anchors))
+    schema = store.schema_problems()
+    if schema:
+        report = ChainReport(chain="*")
+        report.problems.extend(Problem("schema_altered", f"{p}: the store was tampered with") for p in schema)
+        return VerifyReport([report])
+    anchored_chains = {a.checkpoint.chain for a in anchor_set.checkpoints} | {c for c, _ in anchor_set.records}
     if chain is not None:
-        store.require_chain(chain)
-        chains = [chain]
+        if chain not in anchored_chains:
+            store.require_chain(chain)
+        chains = [chain] if store.has_chain(chain) else []
     else:
         chains = store.chains()
+    times = _anchor_times(anchor_set, trusted, tsa_roots)
     reports = []
     for c in chains:
-        chain_anchors = [a for a in anchors if a.checkpoint.chain == c]
-        reports.append(_verify_chain(store, c, trusted, start, end, now_ms, chain_anchors, tolerance_ms, progress))
-    if chain is None:
-        # An anchor of a chain the store no longer holds at all: the whole chain was deleted.
-        for gone in sorted({a.checkpoint.chain for a in anchors} - set(chains)):
-            report = ChainReport(chain=gone)
-            for a in (a for a in anchors if a.checkpoint.chain == gone):
-                report.problems.append(
-                    Problem(
-                        "anchor_missing",
-                        f"chain {gone!r} is gone from the store, but its checkpoint {a.checkpoint.n} was kept "
-                        "as an anchor: the chain was deleted",
-                        checkpoint=a.checkpoint.n,
-                    )
-                )
-            reports.append(report)
-        reports.sort(key=lambda r: r.chain)
+        report = _verify_chain(
+            store, c, trusted, start, end, now_ms, anchor_set, tolerance_ms, progress, times, archive_dir, archive_key
+        )
+        reports.append(report)
+    wanted = {chain} if chain is not None else anchored_chains
+    for gone in sorted(wanted & anchored_chains - set(chains)):
+        reports.append(gone_chain_report(gone, anchor_set))
+    reports.sort(key=lambda r: r.chain)
     beyond = [r for r in reports if r.out_of_range]
     if start is not None and beyond and len(beyond) == len(reports) and not any(r.problems for r in reports):
         raise AuditRangeError(_beyond_message(start, beyond))
     return VerifyReport(reports)
+
+
+def gone_chain_report(chain: str, anchors: AnchorSet) -> ChainReport:
+    """The report of a chain that anchors name but the store does not hold at all (deleted)."""
+    report = ChainReport(chain=chain)
+    for a in (a for a in anchors.checkpoints if a.checkpoint.chain == chain):
+        report.problems.append(
+            Problem(
+                "anchor_missing",
+                f"chain {chain!r} is gone from the store, but its checkpoint {a.checkpoint.n} "
+                f"(covering {a.checkpoint.tree_size} records) was kept as an anchor: the chain was deleted",
+                seq=a.checkpoint.tree_size or None,
+                checkpoint=a.checkpoint.n,
+            )
+        )
+    recs = sorted(seq for c, seq in anchors.records if c == chain)
+    if recs:
+        report.problems.append(
+            Problem(
+                "anchor_record_missing",
+                f"chain {chain!r} is gone from the store, but records {recs[0]}..{recs[-1]} were shipped off the host",
+                seq=recs[0],
+            )
+        )
+    return report
+
+
+def missing_store_report(anchors: AnchorSet, why: str) -> VerifyReport:
+    """The report when the store itself is gone (``why``) but anchors say it held chains."""
+    chains = sorted({a.checkpoint.chain for a in anchors.checkpoints} | {c for c, _ in anchors.records})
+    reports = [gone_chain_report(c, anchors) for c in chains]
+    for r in reports:
+        r.problems.insert(0, Problem("store_missing", why))
+    return VerifyReport(reports)
+
+
+@dataclass(slots=True)
+class _AnchorTimes:
+    """Verified RFC 3161 ``genTime`` (ms) per checkpoint payload, and tokens that failed."""
+
+    checked: bool
+    gen_ms: dict[bytes, int] = field(default_factory=dict)
+    invalid: dict[bytes, str] = field(default_factory=dict)
+
+
+def _anchor_times(anchors: AnchorSet, trusted: dict[str, Verifier], roots: Sequence[Any] | None) -> _AnchorTimes:
+    if roots is None:
+        return _AnchorTimes(checked=False)
+    from audit.timestamping import TimestampError, verify_timestamp
+
+    out = _AnchorTimes(checked=True)
+    for payload, token in anchors.timestamps.items():
+        try:
+            out.gen_ms[payload] = verify_timestamp(token, payload, roots)
+        except TimestampError as exc:
+            out.invalid[payload] = str(exc)
+    return out
+
+
+def _check_anchors(
+    store: Store,
+    chain: str,
+    trusted: dict[str, Verifier],
+    anchors: AnchorSet,
+    cps: Sequence[Checkpoint],
+    report: ChainReport,
+    times: _AnchorTimes,
+    tolerance_ms: Callable[[int], int],
+) -> None:
+    from trust.errors import InvalidSignature
+
+    problems = report.problems
+    raw_by_n = {n: p for n, p, _ in store.raw_checkpoints(chain)}
+    for a in (a for a in anchors.checkpoints if a.checkpoint.chain == chain):
+        c = a.checkpoint
+        key = trusted.get(c.key_id)
+        if key is None:
+            problems.append(Problem("anchor_untrusted", f"anchor {c.n} is not signed by a trusted key", checkpoint=c.n))
+            continue
+        try:
+            key.verify(a.signature, a.payload)
+        except InvalidSignature:
+            problems.append(Problem("anchor_bad_signature", f"anchor {c.n} has an invalid signature", checkpoint=c.n))
+            continue
+        if raw_by_n.get(c.n) != a.payload:
+            problems.append(
+                Problem(
+                    "anchor_missing",
+                    f"checkpoint {c.n} (covering {c.tree_size} records) that was anchored off the host is no "
+                    "longer in the log: the log was rolled back, truncated, wiped or rewritten",
+                    seq=c.tree_size if c.tree_size > 0 else None,
+                    checkpoint=c.n,
+                )
+            )
+        if times.checked:
+            if a.payload in times.invalid:
+                problems.append(
+                    Problem("anchor_timestamp_invalid", f"anchor {c.n}: {times.invalid[a.payload]}", checkpoint=c.n)
+                )
+            gen = times.gen_ms.get(a.payload)
+            if gen is not None and c.time_ms - gen > tolerance_ms(0):
+                problems.append(
+                    Problem(
+                        "checkpoint_time_forged",
+                        f"checkpoint {c.n} claims a time {(c.time_ms - gen) // 1000} s later than the "
+                        "time-stamping authority saw it",
+                        checkpoint=c.n,
+                    )
+                )
+    base_seq = max((int(cp.extra["purged_through"]) for cp in cps if cp.kind is CheckpointKind.PURGE), default=0)
+    shipped = sorted((seq, h) for (c, seq), h in anchors.records.items() if c == chain and seq > base_seq)
+    if shipped:
+        stored = {seq: h for seq, _, h in store.iter_hashes(chain, shipped[0][0], shipped[-1][0])}
+        missing = [seq for seq, _ in shipped if seq not in stored]
+        altered = [seq for seq, h in shipped if seq in stored and stored[seq] != h]
+        if missing:
+            problems.append(
+                Problem(
+                    "anchor_record_missing",
+                    f"{len(missing)} records shipped off the host are not in the log (first {missing[0]})",
+                    seq=missing[0],
+                )
+            )
+        if altered:
+            problems.append(
+                Problem(
+                    "anchor_record_altered",
+                    f"{len(altered)} records differ from what was shipped off the host (first {altered[0]})",
+                    seq=altered[0],
+                )
+            )
+
+
+def _check_purges(
+    chain: str,
+    anchors: AnchorSet,
+    cps: Sequence[Checkpoint],
+    report: ChainReport,
+    times: _AnchorTimes,
+    archive_dir: Path | None,
+    archive_key: bytes | None,
+    trusted: dict[str, Verifier],
+) -> None:
+    problems = report.problems
+    stamped = [
+        (times.gen_ms[a.payload], a.checkpoint)
+        for a in anchors.checkpoints
+        if a.checkpoint.chain == chain and a.payload in times.gen_ms
+    ]
+    for cp in (cp for cp in cps if cp.kind is CheckpointKind.PURGE):
+        through = int(cp.extra["purged_through"])
+        days = int(cp.extra["retention_days"])
+        if times.checked:
+            purge_time = next((g for g, c in stamped if c.n == cp.n and c.payload() == cp.payload()), None)
+            existed = min((g for g, c in stamped if c.tree_size >= through and c.n < cp.n), default=None)
+            if purge_time is None or existed is None or purge_time - existed < days * DAY_MS:
+                why = (
+                    "the purge checkpoint has no verified time-stamp"
+                    if purge_time is None
+                    else "no time-stamped checkpoint shows the purged records existed before"
+                    if existed is None
+                    else f"time-stamps show the purged records were only {(purge_time - existed) // DAY_MS} days old"
+                )
+                problems.append(
+                    Problem(
+                        "purge_unproven",
+                        f"purge checkpoint {cp.n} claims records up to {through} were older than {days} days: {why}",
+                        seq=through,
+                        checkpoint=cp.n,
+                    )
+                )
+        if archive_dir is not None:
+            _check_purge_archive(cp, archive_dir, archive_key, trusted, report)
+
+
+def _check_purge_archive(
+    cp: Checkpoint, archive_dir: Path, key: bytes | None, trusted: dict[str, Verifier], report: ChainReport
+) -> None:
+    from audit.retention import file_sm3, verify_archive
+
+    name = str(cp.extra.get("archive", ""))
+    path = archive_dir / name
+    if not name or "/" in name or name.startswith(".") or not path.is_file():
+        report.problems.append(
+            Problem(
+                "purge_archive_missing", f"the archive {name!r} of purge checkpoint {cp.n} is missing", checkpoint=cp.n
+            )
+        )
+        return
+    if file_sm3(path).hex() != str(cp.extra.get("archive_sm3", "")):
+        report.problems.append(
+            Problem(
+                "purge_archive_altered",
+                f"the archive {name} differs from the one purge checkpoint {cp.n} signed",
+                checkpoint=cp.n,
+            )
+        )
+        return
+    for msg in verify_archive(path, list(trusted.values()), key):
+        report.problems.append(Problem("purge_archive_invalid", f"archive {name}: {msg}", checkpoint=cp.n))
 
 
 def _check_range(start: int | None, end: int | None) -> None:
@@ -327,29 +541,20 @@ def _verify_chain(
     start: int | None,
     end: int | None,
     now_ms: int | None,
-    anchors: Sequence[SignedCheckpoint],
+    anchors: AnchorSet,
     tolerance_ms: Callable[[int], int],
     progress: Callable[[int], None] | None,
+    times: _AnchorTimes | None = None,
+    archive_dir: Path | None = None,
+    archive_key: bytes | None = None,
 ) -> ChainReport:
     report = ChainReport(chain)
     problems = report.problems
+    times = times if times is not None else _AnchorTimes(checked=False)
     cps = _verify_checkpoints(store, chain, trusted, report, tolerance_ms)
-    raw_by_n = {n: (p, s) for n, p, s in store.raw_checkpoints(chain)} if anchors else {}
-    for a in anchors:
-        key = trusted.get(a.checkpoint.key_id)
-        held = raw_by_n.get(a.checkpoint.n)
-        if key is None:
-            problems.append(Problem("anchor_untrusted", f"anchor {a.checkpoint.n} is not signed by a trusted key"))
-        elif held is None or held[0] != a.payload:
-            problems.append(
-                Problem(
-                    "anchor_missing",
-                    f"checkpoint {a.checkpoint.n} that the auditor holds is no longer in the log "
-                    "(the log was truncated or rewritten)",
-                    seq=a.checkpoint.tree_size if a.checkpoint.tree_size > 0 else None,
-                    checkpoint=a.checkpoint.n,
-                )
-            )
+    if anchors:
+        _check_anchors(store, chain, trusted, anchors, cps, report, times, tolerance_ms)
+    _check_purges(chain, anchors, cps, report, times, archive_dir, archive_key, trusted)
     last_cp = cps[-1] if cps else None
     if last_cp is not None:
         report.last_checkpoint = last_cp.n

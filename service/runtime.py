@@ -25,6 +25,7 @@ from service.audit_trail import AuditTrail
 from service.config import Settings
 from service.logs import get_logger
 from service.status import RpcError, not_found
+from service.tee_hook import TeeHook
 
 log = get_logger(__name__)
 
@@ -85,6 +86,8 @@ class Runtime:
             INFERENCE_SERVICE: health_pb2.HealthCheckResponse.NOT_SERVING,
         }
         self.audit: AuditTrail | None = None
+        self.tee: TeeHook | None = None
+        """The TEE hook (evidence, key release, decrypted copies); set by the server at start."""
 
     # -- health ------------------------------------------------------------------------
 
@@ -126,6 +129,8 @@ class Runtime:
         """Start the entry's engine; on failure the model is FAILED with a short reason."""
         assert entry.engine is not None
         await self.mark(entry, ModelState.LOADING)
+        if self.tee is not None and not await self.tee.prepare_model(self, entry):
+            return  # an encrypted model whose key was not released (or did not decrypt): FAILED
         try:
             await entry.engine.start()
         except EngineError as exc:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import abc
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import ClassVar, NamedTuple
 
 from audit.chain import Checkpoint, SignedCheckpoint
 
@@ -54,6 +54,31 @@ class Store(abc.ABC):
     """One connection to an audit store."""
 
     kind: str = "?"
+    expected_columns: ClassVar[dict[str, dict[str, str]]] = {}
+    """Per table, each column's declared type as the backend's catalog names it."""
+
+    @abc.abstractmethod
+    def table_columns(self, table: str) -> dict[str, str] | None:
+        """``{column: declared type}`` of ``table`` as the catalog has it, ``None`` if it does not exist."""
+
+    def schema_problems(self) -> list[str]:
+        """How the tables differ from the schema this code creates (dropped, rebuilt with other
+        columns or types); empty when they match. Raises ``AuditStoreError``."""
+        problems: list[str] = []
+        for table, expected in self.expected_columns.items():
+            cols = self.table_columns(table)
+            if cols is None:
+                problems.append(f"table {table} is missing (dropped)")
+            elif cols != expected:
+                changed = sorted(
+                    f"{c} {cols.get(c, 'missing')}" for c in set(expected) | set(cols) if cols.get(c) != expected.get(c)
+                )
+                problems.append(f"table {table} was rebuilt with other columns or types ({', '.join(changed)})")
+        return problems
+
+    def schema_exists(self) -> bool:
+        """Whether any of the audit tables exists (a fresh store has none)."""
+        return any(self.table_columns(t) is not None for t in self.expected_columns)
 
     @abc.abstractmethod
     def create_schema(self) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import psycopg
 
@@ -71,6 +71,36 @@ def _lock_key(chain: str) -> int:
 
 class PostgresStore(Store):
     kind = "postgresql"
+    expected_columns: ClassVar[dict[str, dict[str, str]]] = {
+        "audit_records": {
+            "chain": "text",
+            "seq": "bigint",
+            "time_ms": "bigint",
+            "event": "text",
+            "principal": "text",
+            "method": "text",
+            "outcome": "text",
+            "body": "bytea",
+            "hash": "bytea",
+        },
+        "audit_checkpoints": {
+            "chain": "text",
+            "n": "bigint",
+            "kind": "text",
+            "time_ms": "bigint",
+            "tree_size": "bigint",
+            "payload": "bytea",
+            "signature": "bytea",
+        },
+    }
+
+    def table_columns(self, table: str) -> dict[str, str] | None:
+        rows = self._run(
+            "SELECT column_name, data_type FROM information_schema.columns"
+            " WHERE table_schema = current_schema() AND table_name = %s",
+            (table,),
+        )
+        return {str(r[0]): str(r[1]) for r in rows} if rows else None
 
     def __init__(self, dsn: str, *, connect_timeout: int = 5, lock_wait_s: float = 30.0) -> None:
         self._dsn = dsn

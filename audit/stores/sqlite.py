@@ -14,7 +14,7 @@ import os
 import sqlite3
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from audit.chain import SignedCheckpoint
 from audit.errors import AuditStoreError, WriterConflict
@@ -66,8 +66,37 @@ def _wrap(exc: BaseException) -> AuditStoreError:
     return AuditStoreError(f"sqlite: {type(exc).__name__}: {exc}")
 
 
+_TEXT, _INT, _BLOB = "TEXT", "INTEGER", "BLOB"
+
+
 class SqliteStore(Store):
     kind = "sqlite"
+    expected_columns: ClassVar[dict[str, dict[str, str]]] = {
+        "audit_records": {
+            "chain": _TEXT,
+            "seq": _INT,
+            "time_ms": _INT,
+            "event": _TEXT,
+            "principal": _TEXT,
+            "method": _TEXT,
+            "outcome": _TEXT,
+            "body": _BLOB,
+            "hash": _BLOB,
+        },
+        "audit_checkpoints": {
+            "chain": _TEXT,
+            "n": _INT,
+            "kind": _TEXT,
+            "time_ms": _INT,
+            "tree_size": _INT,
+            "payload": _BLOB,
+            "signature": _BLOB,
+        },
+    }
+
+    def table_columns(self, table: str) -> dict[str, str] | None:
+        rows = self._exec("SELECT name, type FROM pragma_table_info(?)", (table,)).fetchall()
+        return {str(r[0]): str(r[1]).upper() for r in rows} if rows else None
 
     def __init__(self, path: str | os.PathLike[str], *, readonly: bool = False) -> None:
         self.path = Path(path)

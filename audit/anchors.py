@@ -1,0 +1,156 @@
+"""Anchors: what the log ships off the host, and how an auditor reads it back.
+
+An anchor message is one JSON object (the MSG of an RFC 5424 syslog message, or one line of
+an anchor file):
+
+* ``{"anchor": "checkpoint", "payload": <checkpoint payload text>, "signature": <hex>,
+  "tst": <base64 RFC 3161 TimeStampResp, optional>}``; an exported checkpoint
+  (``xinserve audit export --checkpoints``: ``payload`` and ``signature`` only) is read the same;
+* ``{"anchor": "record", "chain": ..., "seq": ..., "hash": <hex chain hash>, "body": <the
+  record's canonical encoding as text>}`` when records are shipped too.
+
+:func:`load_anchors` reads anchor files in any of these forms: one JSON object, JSON lines, or
+a collector's log file whose lines carry an anchor message anywhere in them (rsyslog's
+``%rawmsg%`` or ``%msg%`` templates, or a traditional ``host app[pid]: MSG`` line).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from audit.chain import SignedCheckpoint
+from audit.errors import AuditConfigError, AuditEncodingError
+
+_DECODER = json.JSONDecoder()
+MAX_ANCHOR_FILE_BYTES = 1 << 31
+
+
+@dataclass(slots=True)
+class AnchorSet:
+    """Anchors collected off the host. ``timestamps`` maps a checkpoint payload to its
+    RFC 3161 ``TimeStampResp`` (DER); ``records`` maps ``(chain, seq)`` to the chain hash shipped."""
+
+    checkpoints: list[SignedCheckpoint] = field(default_factory=list)
+    timestamps: dict[bytes, bytes] = field(default_factory=dict)
+    records: dict[tuple[str, int], bytes] = field(default_factory=dict)
+
+    def add(self, other: AnchorSet) -> None:
+        seen = {(c.payload, c.signature) for c in self.checkpoints}
+        self.checkpoints.extend(c for c in other.checkpoints if (c.payload, c.signature) not in seen)
+        self.timestamps.update(other.timestamps)
+        self.records.update(other.records)
+
+    def __bool__(self) -> bool:
+        return bool(self.checkpoints or self.records)
+
+
+def checkpoint_message(cp: SignedCheckpoint, tst: bytes | None = None) -> dict[str, Any]:
+    """The anchor message of a signed checkpoint (with its timestamp token, if any)."""
+    msg: dict[str, Any] = {"anchor": "checkpoint", **cp.to_json()}
+    if tst is not None:
+        msg["tst"] = base64.b64encode(tst).decode("ascii")
+    return msg
+
+
+def record_message(chain: str, seq: int, chain_hash: bytes, body: bytes) -> dict[str, Any]:
+    """The anchor message of one record."""
+    return {"anchor": "record", "chain": chain, "seq": seq, "hash": chain_hash.hex(), "body": body.decode("utf-8")}
+
+
+def parse_message(obj: Any) -> AnchorSet | None:
+    """The anchors in one decoded message, ``None`` if it is no anchor message.
+
+    Raises ``AuditEncodingError`` for a message that claims to be an anchor but is malformed.
+    """
+    if not isinstance(obj, dict):
+        return None
+    kind = obj.get("anchor")
+    out = AnchorSet()
+    if kind == "record":
+        try:
+            key = (str(obj["chain"]), int(obj["seq"]))
+            out.records[key] = bytes.fromhex(str(obj["hash"]))
+        except (KeyError, ValueError, TypeError) as exc:
+            raise AuditEncodingError("malformed record anchor") from exc
+        return out
+    if kind not in (None, "checkpoint") or "payload" not in obj or "signature" not in obj:
+        return None
+    cp = SignedCheckpoint.from_json(obj)
+    out.checkpoints.append(cp)
+    if obj.get("tst") is not None:
+        try:
+            out.timestamps[cp.payload] = base64.b64decode(str(obj["tst"]), validate=True)
+        except ValueError as exc:
+            raise AuditEncodingError("malformed timestamp token in a checkpoint anchor") from exc
+    return out
+
+
+def _objects_in(line: str) -> Iterator[Any]:
+    """JSON objects that start somewhere in ``line`` (the first that decodes at each ``{``)."""
+    i = line.find("{")
+    while i >= 0:
+        try:
+            obj, end = _DECODER.raw_decode(line, i)
+        except ValueError:
+            i = line.find("{", i + 1)
+            continue
+        yield obj
+        i = line.find("{", end)
+
+
+def parse_text(text: str) -> AnchorSet:
+    """Every anchor in ``text`` (one JSON document, JSON lines, or a syslog file)."""
+    out = AnchorSet()
+    stripped = text.strip()
+    if stripped.startswith("{"):
+        try:
+            whole = json.loads(stripped)
+        except ValueError:
+            whole = None
+        if whole is not None:
+            found = parse_message(whole)
+            if found is not None:
+                return found
+    for line in text.splitlines():
+        for obj in _objects_in(line):
+            found = parse_message(obj)
+            if found is not None:
+                out.add(found)
+                break
+    return out
+
+
+def load_anchors(paths: Iterable[str | os.PathLike[str]]) -> AnchorSet:
+    """Read anchor files (see the module docstring).
+
+    Raises ``AuditConfigError`` for a file that cannot be read, is not UTF-8 text (a binary file)
+    or holds no anchor at all, and ``AuditEncodingError`` for a malformed anchor message.
+    """
+    out = AnchorSet()
+    for p in paths:
+        path = Path(p)
+        try:
+            with path.open("rb") as fh:
+                data = fh.read(MAX_ANCHOR_FILE_BYTES + 1)
+        except OSError as exc:
+            why = exc.strerror or type(exc).__name__
+            raise AuditConfigError(f"cannot read anchor file {path.name}: {why}") from None
+        if len(data) > MAX_ANCHOR_FILE_BYTES:
+            raise AuditConfigError(f"anchor file {path.name} is larger than 2 GiB")
+        if b"\x00" in data:
+            raise AuditConfigError(f"anchor file {path.name} is not text (it holds NUL bytes)")
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError:
+            raise AuditConfigError(f"anchor file {path.name} is not UTF-8 text") from None
+        found = parse_text(text)
+        if not found:
+            raise AuditConfigError(f"anchor file {path.name} holds no audit anchor")
+        out.add(found)
+    return out

@@ -1,0 +1,229 @@
+"""Anchors off the host: checkpoints (and records) shipped to a real rsyslog collector, and
+``verify`` with those anchors catching rollback, wipe and truncation of the local store."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from audit_helpers import Backend, rpc_record_factory
+from rsyslog_collector import RSYSLOGD, Rsyslog, free_port
+
+import audit.cli
+from audit.anchors import load_anchors, parse_text
+from audit.config import FailurePolicy, SyslogSettings
+from audit.errors import AuditUnavailable
+from audit.log import AuditLog
+from audit.records import EventType, parse_body
+from audit.stores.sqlite import SqliteStore
+from audit.syslog_shipper import HEADROOM
+from audit.verify import verify_store
+from tests.support.pki import Pki, make_pki
+
+pytestmark = pytest.mark.skipif(RSYSLOGD is None, reason="rsyslogd is not installed (scripts/bootstrap installs it)")
+
+
+def run_cli(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="xinserve")
+    sub = parser.add_subparsers(dest="command", required=True)
+    audit.cli.add_commands(sub)
+    args = parser.parse_args(argv)
+    return int(args.func(args))
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
+    return make_pki(tmp_path_factory.mktemp("pki"))
+
+
+@pytest.fixture
+def collector(tmp_path: Path, pki: Pki) -> Iterator[Rsyslog]:
+    rs = Rsyslog(tmp_path / "rsyslog", pki=pki)
+    rs.start()
+    yield rs
+    rs.stop()
+
+
+def syslog_settings(rs: Rsyslog, pki: Pki, **kw: object) -> SyslogSettings:
+    return SyslogSettings(
+        host="127.0.0.1",
+        port=rs.port,
+        tls=True,
+        ca_file=pki.ca_cert,
+        retry_interval_s=0.1,
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+async def wait_until(predicate, timeout_s: float = 60.0) -> None:  # type: ignore[no-untyped-def]
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while not predicate():
+        assert loop.time() < deadline, "condition not reached"
+        await asyncio.sleep(0.05)
+
+
+def record_seqs(lines: list[str]) -> list[int]:
+    return [seq for line in lines for (_, seq) in parse_text(line).records]
+
+
+def pem_of(key, tmp_path: Path) -> Path:  # type: ignore[no-untyped-def]
+    pem = tmp_path / "server.pub.pem"
+    pem.write_bytes(key.public_key().to_pem())
+    return pem
+
+
+async def test_records_and_checkpoints_arrive_intact_and_in_order_over_tls(
+    sqlite_backend: Backend, key, collector: Rsyslog, pki: Pki
+) -> None:
+    settings = sqlite_backend.settings(syslog=syslog_settings(collector, pki, ship_records=True))
+    log = await AuditLog.open(settings, key, start_ticker=False)
+    make = rpc_record_factory()
+    seqs = await asyncio.gather(*(log.append(make(i)) for i in range(40)))
+    await log.checkpoint()
+    await log.close()
+    last = max(s for s in seqs if s is not None)
+    lines = collector.wait_for(lambda ls: last in record_seqs(ls) and sum(" checkpoint " in x for x in ls) >= 3)
+    # RFC 5424 header as rsyslog received it: <PRI>1 TIMESTAMP HOST APP PROCID MSGID [SD] MSG
+    assert all(line.startswith(("<109>1 ", "<110>1 ")) for line in lines)
+    assert record_seqs(lines) == list(range(1, last + 1))
+    anchors = load_anchors([collector.stream])
+    kinds = [a.checkpoint.kind.value for a in anchors.checkpoints]
+    assert kinds[0] == "open" and kinds[-1] == "close" and "periodic" in kinds
+    with SqliteStore(sqlite_backend.path, readonly=True) as store:
+        stored = {seq: h for seq, _, h in store.iter_hashes("node-a", 1, None)}
+        assert {seq: h for (_, seq), h in anchors.records.items()} == stored
+        held = [p for _, p, _ in store.raw_checkpoints("node-a")]
+        assert [a.payload for a in anchors.checkpoints] == held
+        assert verify_store(store, [key.public_key()], anchors=anchors).ok
+
+
+async def test_rollback_wipe_and_truncation_are_caught_with_the_stream(
+    sqlite_backend: Backend, key, collector: Rsyslog, pki: Pki, tmp_path: Path, capsys
+) -> None:
+    settings = sqlite_backend.settings(syslog=syslog_settings(collector, pki))
+    make = rpc_record_factory()
+    log = await AuditLog.open(settings, key, start_ticker=False)
+    for i in range(5):
+        await log.append(make(i))
+    await log.close()
+    old = tmp_path / "old"
+    old.mkdir()
+    for f in sqlite_backend.path.parent.glob("audit.db*"):
+        shutil.copy2(f, old / f.name)
+    log = await AuditLog.open(settings, key, start_ticker=False)
+    for i in range(5):
+        await log.append(make(i))
+    await log.close()
+    collector.wait_for(lambda ls: sum(" checkpoint " in x for x in ls) >= 4)
+    pem = pem_of(key, tmp_path)
+    base = ["audit", "verify", "--store", str(sqlite_backend.path), "--public-key", str(pem), "--offline"]
+    stream = ["--anchor", str(collector.stream)]
+    assert run_cli(base + stream) == 0
+
+    # Rollback: the older copy verifies on its own (a clean close), not against the stream.
+    for f in sqlite_backend.path.parent.glob("audit.db*"):
+        f.unlink()
+    for f in old.iterdir():
+        shutil.copy2(f, sqlite_backend.path.parent / f.name)
+    assert run_cli(base) == 0
+    capsys.readouterr()
+    assert run_cli(base + stream) == 1
+    assert "anchor_missing" in capsys.readouterr().out
+
+    # Truncation of whole runs: the same, seen from the checkpoints that were cut off.
+    with SqliteStore(sqlite_backend.path, readonly=True) as store:
+        report = verify_store(store, [key.public_key()], anchors=load_anchors([collector.stream]))
+    assert {p.kind for c in report.chains for p in c.problems} == {"anchor_missing"}
+
+    # Wipe: the database deleted; with the stream that is a failure (exit 1), not "no records".
+    for f in sqlite_backend.path.parent.glob("audit.db*"):
+        f.unlink()
+    assert run_cli(base + stream) == 1
+    out = capsys.readouterr().out
+    assert "store_missing" in out and "anchor_missing" in out
+
+    # Wipe and restart: a fresh chain that verifies alone, but not against the stream.
+    log = await AuditLog.open(sqlite_backend.settings(), key, start_ticker=False)
+    await log.append(make(0))
+    await log.close()
+    assert run_cli(base) == 0
+    capsys.readouterr()
+    assert run_cli(base + stream) == 1
+    assert "anchor_missing" in capsys.readouterr().out
+
+
+async def test_collector_down_fail_closed_refuses_then_recovers(
+    sqlite_backend: Backend, key, pki: Pki, tmp_path: Path
+) -> None:
+    rs = Rsyslog(tmp_path / "late-rsyslog", pki=pki, port=free_port())  # not started: the collector is down
+    settings = sqlite_backend.settings(syslog=syslog_settings(rs, pki, ship_records=True, buffer_limit=8))
+    log = await AuditLog.open(settings, key, start_ticker=False)
+    make = rpc_record_factory()
+    accepted = 0
+    with pytest.raises(AuditUnavailable):
+        for i in range(100):
+            await log.append(make(i))
+            accepted += 1
+    assert 0 < accepted < 100 and not log.healthy
+    assert log.shipper is not None and log.shipper.lost == 0
+    rs.start()
+    try:
+        await wait_until(lambda: log.healthy and log.shipper is not None and log.shipper.buffered == 0)
+        await log.append(make(999))
+        await log.close()
+        last = log.last_seq
+        lines = rs.wait_for(lambda ls: last in record_seqs(ls))
+    finally:
+        rs.stop()
+    assert record_seqs(lines) == list(range(1, last + 1))  # nothing was lost on the way
+    with SqliteStore(sqlite_backend.path, readonly=True) as store:
+        events = [parse_body(r.body) for r in store.records("node-a", 1, last)]
+    shipping = [e for e in events if e["event"] == EventType.AUDIT_ANCHOR_SHIPPING]
+    assert [e["detail"]["state"] for e in shipping] == ["down", "up"]
+    assert shipping[0]["outcome"] == "UNAVAILABLE" and shipping[1]["outcome"] == "OK"
+
+
+async def test_collector_down_log_and_continue_counts_and_records_the_loss(
+    sqlite_backend: Backend, key, pki: Pki, tmp_path: Path
+) -> None:
+    rs = Rsyslog(tmp_path / "late-rsyslog", pki=pki, port=free_port())
+    settings = sqlite_backend.settings(
+        failure_policy=FailurePolicy.LOG_AND_CONTINUE,
+        syslog=syslog_settings(rs, pki, ship_records=True, buffer_limit=4),
+    )
+    log = await AuditLog.open(settings, key, start_ticker=False)
+    make = rpc_record_factory()
+    for i in range(100):
+        assert await log.append(make(i)) is not None  # calls go on (degraded)
+    assert log.healthy
+    assert log.shipper is not None and log.shipper.buffered == 4 + HEADROOM  # bounded
+    lost = log.shipper.lost
+    assert lost == 1 + 1 + 100 - (4 + HEADROOM)  # the open checkpoint, the "down" event, 100 records
+    rs.start()
+    try:
+        await wait_until(lambda: log.shipper is not None and log.shipper.buffered == 0 and log.shipper.connected)
+        await log.close()
+        rs.wait_for(lambda ls: any("DATA_LOSS" in x for x in ls))
+    finally:
+        rs.stop()
+    with SqliteStore(sqlite_backend.path, readonly=True) as store:
+        events = [parse_body(r.body) for r in store.records("node-a", 1, log.last_seq)]
+    losses = [e for e in events if e["event"] == EventType.AUDIT_ANCHOR_SHIPPING and e["detail"]["state"] == "lost"]
+    assert len(losses) == 1 and losses[0]["detail"]["count"] >= lost and losses[0]["outcome"] == "DATA_LOSS"
+
+
+def test_a_binary_anchor_file_is_a_usage_error(tmp_path: Path, key, capsys) -> None:
+    bad = tmp_path / "anchor.bin"
+    bad.write_bytes(bytes(range(256)))
+    db = tmp_path / "audit.db"
+    with SqliteStore(db) as store:
+        store.create_schema()
+    pem = pem_of(key, tmp_path)
+    assert run_cli(["audit", "verify", "--store", str(db), "--public-key", str(pem), "--anchor", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "not text" in err
