@@ -30,6 +30,7 @@ from service.frontend import Frontend
 from service.logs import get_logger
 from service.runtime import ModelEntry, ModelState, Runtime, Verification
 from service.server_servicer import server_version
+from service.tee_hook import TeeHook, TeeStartupError
 from trust.demo import ensure_demo_key, sign_if_unsigned
 from trust.errors import KeyFormatError, Reason, VerificationError
 from trust.image_signing import verify_image
@@ -254,6 +255,10 @@ class Server:
             allow_unsigned_models=settings.trust.allow_unsigned_models,
         )
         await audit.event(EventType.CONFIG_LOADED, config_digest=config_digest(settings))
+        try:
+            runtime.tee = await TeeHook.start(settings.tee, runtime)
+        except TeeStartupError as exc:
+            raise StartupRefused(str(exc)) from None
         frontend = Frontend(runtime, settings, authenticator_for(settings), profile.device)
         await frontend.start()
         entries, store = await model_entries(settings, profile, audit)
@@ -299,6 +304,8 @@ class Server:
         await self.runtime.wait_idle(grace)
         await self.frontend.stop(0)
         await self.runtime.shutdown_engines()
+        if self.runtime.tee is not None:
+            await asyncio.to_thread(self.runtime.tee.close)  # zero and remove decrypted models
         audit = self.runtime.audit
         if audit is not None:
             await audit.event(EventType.STOP)

@@ -1,0 +1,103 @@
+"""Hygon DCU: ``hy-smi --json`` (a rocm-smi derivative, DTK 23–25).
+
+The output is ``{"card0": {"field": "value", ...}, "card1": {...}}`` with rocm-smi's field
+names, where Hygon uses ``HCU``/``DCU`` for ``GPU`` (``HCU use (%)``, ``DCU use (%)``). Real
+hy-smi builds print this JSON with missing commas between some fields and repeated empty
+keys, which ``json.loads`` refuses; the parser therefore reads it as a sequence of
+``"key": "value"`` pairs inside each ``"cardN": {...}`` object, which accepts both the valid
+and the malformed form and nothing else. The index is N of ``cardN`` (``HIP_VISIBLE_DEVICES``
+takes it).
+"""
+
+from __future__ import annotations
+
+import re
+
+from engine_backends.devices.model import Device, DeviceParseError, Health
+from engine_backends.devices.numbers import memory_bytes, number, percent_ratio
+
+TOOL = "hy-smi"
+ARGV = (
+    "hy-smi",
+    "--showproductname",
+    "--showmeminfo",
+    "vram",
+    "--showuse",
+    "--showtemp",
+    "--showpower",
+    "--showdriverversion",
+    "--json",
+)
+
+_CARD = re.compile(r'"card(\d{1,4})"\s*:\s*\{([^{}]*)\}')
+_PAIR = re.compile(r'"([^"\\]{0,200})"\s*:\s*(?:"([^"\\]{0,200})"|([-+0-9.eE]{1,40}[A-Za-z%]{0,4}))')
+_MAX_TEXT = 4 * 1024 * 1024
+
+_UTIL = ("HCU use (%)", "DCU use (%)", "GPU use (%)")
+_TEMP = ("Temperature (Sensor junction) (C)", "Temperature (Sensor edge) (C)", "Temperature (Sensor core) (C)")
+_POWER = ("Average Graphics Package Power (W)", "Current Socket Graphics Package Power (W)")
+_NAME = ("Card Series", "Card series", "Card Model", "Card model", "Device Name")
+_TOTAL = (("vram Total Memory (MiB)", "mib"), ("VRAM Total Memory (B)", "b"), ("vram Total Memory (B)", "b"))
+_USED = (
+    ("vram Total Used Memory (MiB)", "mib"),
+    ("VRAM Total Used Memory (B)", "b"),
+    ("vram Total Used Memory (B)", "b"),
+)
+
+
+def parse(text: str) -> list[Device]:
+    """DCUs from ``hy-smi --json`` output (valid or with hy-smi's missing commas).
+
+    Raises:
+        DeviceParseError: no ``"cardN": {...}`` object, the same card twice, or a figure that
+            is not a number.
+    """
+    if len(text) > _MAX_TEXT:
+        raise DeviceParseError(TOOL, "output larger than 4 MiB")
+    stripped = text.strip()
+    if not stripped.startswith("{") or not stripped.endswith("}"):
+        raise DeviceParseError(TOOL, "expected a JSON object of cards")
+    driver_match = re.search(r'"Driver version"\s*:\s*"([^"\\]{1,64})"', text)
+    devices: dict[int, Device] = {}
+    for match in _CARD.finditer(text):
+        idx = int(match.group(1))
+        if idx in devices:
+            raise DeviceParseError(TOOL, f"card{idx} appears twice")
+        fields: dict[str, str] = {}
+        for pair in _PAIR.finditer(match.group(2)):
+            fields.setdefault(pair.group(1), pair.group(2) if pair.group(2) is not None else pair.group(3))
+        devices[idx] = _card(idx, fields, driver_match.group(1) if driver_match else "")
+    if not devices:
+        raise DeviceParseError(TOOL, 'no "cardN": {...} object')
+    return [devices[i] for i in sorted(devices)]
+
+
+def _first(fields: dict[str, str], names: tuple[str, ...]) -> str:
+    return next((fields[n] for n in names if n in fields), "N/A")
+
+
+def _card(idx: int, fields: dict[str, str], driver: str) -> Device:
+    where = f"card{idx}"
+    total = used = None
+    for name, unit in _TOTAL:
+        if name in fields:
+            total = memory_bytes(TOOL, fields[name], f"{where} memory total", unit)
+            break
+    for name, unit in _USED:
+        if name in fields:
+            used = memory_bytes(TOOL, fields[name], f"{where} memory used", unit)
+            break
+    return Device(
+        kind="dcu",
+        index=idx,
+        name=_first(fields, _NAME).strip() if _first(fields, _NAME) != "N/A" else "",
+        memory_total_bytes=total,
+        memory_used_bytes=used,
+        utilization_ratio=percent_ratio(TOOL, _first(fields, _UTIL), f"{where} utilization"),
+        temperature_celsius=number(TOOL, _first(fields, _TEMP), f"{where} temperature", ("c",)),
+        power_watts=number(TOOL, _first(fields, _POWER), f"{where} power", ("w",)),
+        health=Health.OK,
+        driver_version=driver,
+        firmware_version=fields.get("VBIOS version", ""),
+        bus_id=fields.get("PCI Bus", ""),
+    )

@@ -1,0 +1,64 @@
+"""Running a vendor tool: in a subprocess, with a timeout, a C locale and bounded output."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from collections.abc import Sequence
+
+from engine_backends.devices.model import DeviceToolError
+
+MAX_OUTPUT_BYTES = 4 * 1024 * 1024
+# Where vendor installers put their tools when they are not on PATH.
+EXTRA_DIRS = (
+    "/usr/local/bin",
+    "/usr/local/sbin",
+    "/usr/local/Ascend/driver/tools",
+    "/opt/hyhal/bin",
+    "/usr/local/hyhal/bin",
+    "/opt/mxdriver/bin",
+    "/usr/local/neuware/bin",
+    "/usr/local/xpu/bin",
+)
+
+
+def find_tool(name: str) -> str | None:
+    """The tool's path: on PATH, else in a vendor's usual install directory; None if absent."""
+    found = shutil.which(name)
+    if found:
+        return found
+    return shutil.which(name, path=os.pathsep.join(EXTRA_DIRS))
+
+
+def run_tool(argv: Sequence[str], timeout: float) -> str:
+    """Run ``argv`` and return its standard output (UTF-8, undecodable bytes replaced).
+
+    The tool runs with ``LC_ALL=C`` (vendor tools translate headers otherwise), stdin closed,
+    and is killed after ``timeout`` seconds.
+
+    Raises:
+        DeviceToolError: the tool is not installed, timed out, exited non-zero, or printed
+            more than 4 MiB. The message names the tool and the reason, never its output
+            beyond one line of stderr.
+    """
+    name = argv[0]
+    path = find_tool(name)
+    if path is None:
+        raise DeviceToolError(f"{name} not found (not on PATH nor in the vendor's usual directories)")
+    env = {**os.environ, "LC_ALL": "C", "LANG": "C"}
+    try:
+        proc = subprocess.run(  # noqa: S603 - argv is a fixed vendor command line from inventory.TOOLS
+            [path, *argv[1:]], capture_output=True, timeout=timeout, stdin=subprocess.DEVNULL, env=env, check=False
+        )
+    except subprocess.TimeoutExpired:
+        raise DeviceToolError(f"{name} did not answer within {timeout:g} s") from None
+    except OSError as exc:
+        raise DeviceToolError(f"{name} could not be run: {exc.strerror}") from None
+    if len(proc.stdout) > MAX_OUTPUT_BYTES:
+        raise DeviceToolError(f"{name} printed more than {MAX_OUTPUT_BYTES} bytes")
+    if proc.returncode != 0:
+        first = proc.stderr.decode("utf-8", "replace").strip().splitlines()[:1] or [""]
+        detail = f": {first[0][:200]}" if first[0] else ""
+        raise DeviceToolError(f"{name} exited with status {proc.returncode}{detail}")
+    return proc.stdout.decode("utf-8", "replace")

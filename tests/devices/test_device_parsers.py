@@ -1,0 +1,145 @@
+"""Each vendor tool's parser on real recorded outputs (tests/fixtures/devices/SOURCES.md)."""
+
+import pytest
+
+from engine_backends.devices import cnmon, cpu, hy_smi, mthreads_gmi, mx_smi, npu_smi, nvidia_smi, xpu_smi
+from engine_backends.devices.model import DeviceParseError, Health
+from tests.devices.conftest import fixture_text
+
+MIB = 1024**2
+
+
+def test_nvidia_smi_a100_v12():
+    (gpu,) = nvidia_smi.parse(fixture_text("nvidia-smi-q-x_a100-sxm4.xml"))
+    assert (gpu.kind, gpu.index, gpu.name) == ("cuda", 0, "NVIDIA A100-SXM4-80GB")
+    assert gpu.memory_total_bytes == 81920 * MIB and gpu.memory_used_bytes == 50 * MIB
+    assert gpu.utilization_ratio is None  # N/A in MIG mode, as recorded
+    assert (gpu.temperature_celsius, gpu.power_watts) == (27.0, 67.03)
+    assert (gpu.driver_version, gpu.firmware_version) == ("535.54.03", "92.00.36.00.02")
+    assert gpu.bus_id == "00000000:01:00.0"
+
+
+def test_nvidia_smi_v13_reads_instant_power_draw():
+    (gpu,) = nvidia_smi.parse(fixture_text("nvidia-smi-q-x_rtx4000-ada.xml"))
+    assert gpu.name == "NVIDIA RTX 4000 SFF Ada Generation"
+    assert gpu.power_watts == 8.44 and gpu.utilization_ratio == 0.0
+    assert gpu.memory_used_bytes == 3534 * MIB and gpu.driver_version == "595.84"
+
+
+def test_nvidia_smi_pre_v12_power_readings():
+    (gpu,) = nvidia_smi.parse(fixture_text("nvidia-smi-q-x_tesla-t4.xml"))
+    assert (gpu.name, gpu.power_watts, gpu.temperature_celsius) == ("Tesla T4", 26.78, 40.0)
+
+
+def test_npu_smi_910b_reads_hbm_not_ddr():
+    chips = npu_smi.parse(fixture_text("npu-smi-info_910b2c.txt"))
+    assert [c.index for c in chips] == [0, 1]
+    assert chips[0].name == "910B2C" and chips[0].health is Health.OK
+    assert chips[0].memory_used_bytes == 20701 * MIB and chips[0].memory_total_bytes == 65536 * MIB
+    assert (chips[1].power_watts, chips[1].temperature_celsius) == (99.6, 50.0)
+    assert chips[1].bus_id == "0000:19:00.0" and chips[1].driver_version == "23.0.2.1"
+
+
+def test_npu_smi_310b_alarm_is_warning_and_ddr_memory():
+    (chip,) = npu_smi.parse(fixture_text("npu-smi-info_310b4.txt"))
+    assert chip.health is Health.WARNING
+    assert chip.memory_used_bytes == 3628 * MIB and chip.memory_total_bytes == 15609 * MIB
+    assert chip.bus_id == ""  # "NA"
+
+
+def test_npu_smi_310p_narrow_layout_and_power_na():
+    chips = npu_smi.parse(fixture_text("npu-smi-info_310p3.txt"))
+    assert [c.index for c in chips] == [0, 64]
+    assert chips[0].power_watts is None and chips[1].memory_used_bytes == 1764 * MIB
+
+
+def test_kunlun_xpu_smi():
+    xpus = xpu_smi.parse_kunlun(fixture_text("xpu-smi_kunlun-p800.txt"))
+    assert [x.index for x in xpus] == list(range(8))
+    assert {x.name for x in xpus} == {"P800 OAM"}
+    assert xpus[1].temperature_celsius == 41.0 and xpus[1].power_watts == 90.0
+    assert xpus[0].memory_total_bytes == 98304 * MIB  # HBM, not the 96 MiB L3 row
+    assert xpus[0].driver_version == "5.0.21.21" and xpus[7].bus_id == "00000000:A5:00.0"
+
+
+def test_xpu_smi_kunlun_and_intel_are_told_apart():
+    kunlun, intel = fixture_text("xpu-smi_kunlun-p800.txt"), fixture_text("xpu-smi_intel-arc-a770.txt")
+    assert xpu_smi.detect(kunlun) == "kunlunxin" and xpu_smi.detect(intel) == "intel"
+    with pytest.raises(DeviceParseError, match="Intel's XPU Manager, not Kunlunxin's"):
+        xpu_smi.parse_kunlun(intel)
+    with pytest.raises(DeviceParseError, match="Kunlunxin's, not Intel's"):
+        xpu_smi.parse_intel(kunlun)
+    (arc,) = xpu_smi.parse_intel(intel)
+    assert (arc.kind, arc.name, arc.power_watts) == ("xpu", "Intel(R) Arc(TM) A770", 45.0)
+    assert arc.memory_used_bytes == 3642 * MIB and arc.utilization_ratio is None
+
+
+def test_cnmon():
+    cards = cnmon.parse(fixture_text("cnmon_mlu370-x8.txt"))
+    assert [(c.index, c.name) for c in cards] == [(0, "MLU370-X8"), (1, "MLU370-X8")]
+    assert cards[1].temperature_celsius == 39.0 and cards[1].power_watts == 106.0
+    assert cards[0].memory_total_bytes == 23374 * MIB and cards[0].memory_used_bytes == 0
+    assert (cards[0].driver_version, cards[0].firmware_version) == ("5.10.13", "1.1.6")
+    assert cards[1].bus_id == "0000:3D:00.0"
+
+
+def test_mthreads_gmi():
+    gpus = mthreads_gmi.parse(fixture_text("mthreads-gmi_s5000.txt"))
+    assert [(g.index, g.name) for g in gpus] == [(0, "MTT S5000"), (1, "MTT S5000")]
+    assert gpus[0].memory_used_bytes == 66641 * MIB and gpus[0].memory_total_bytes == 81920 * MIB
+    assert gpus[1].temperature_celsius == 51.0 and gpus[0].power_watts is None
+    assert gpus[0].driver_version == "3.3.5-server"
+
+
+def test_hy_smi_malformed_json_as_printed():
+    dcus = hy_smi.parse(fixture_text("hy-smi-json_bw.json"))
+    assert [d.index for d in dcus] == [0, 1]
+    assert dcus[0].name == "BW" and dcus[0].power_watts == 91.0
+    assert dcus[0].temperature_celsius == 57.0  # junction
+    assert dcus[1].memory_used_bytes == 64104 * MIB and dcus[1].memory_total_bytes == 65520 * MIB
+
+
+def test_hy_smi_rocm_style_valid_json_in_bytes():
+    text = '{"card1": {"DCU use (%)": "12", "VRAM Total Memory (B)": "1024", "VRAM Total Used Memory (B)": "512"}}'
+    (dcu,) = hy_smi.parse(text)
+    assert (dcu.index, dcu.utilization_ratio, dcu.memory_total_bytes, dcu.memory_used_bytes) == (1, 0.12, 1024, 512)
+
+
+def test_mx_smi():
+    gpus = mx_smi.parse(fixture_text("mx-smi_c550.txt"))
+    assert [g.index for g in gpus] == list(range(8))
+    assert gpus[2].power_watts == 47.0 and gpus[4].temperature_celsius == 30.0
+    assert gpus[0].memory_used_bytes == 810 * MIB and gpus[0].memory_total_bytes == 65536 * MIB
+    assert (gpus[0].driver_version, gpus[0].firmware_version) == ("2.5.014", "1.13.4.0")
+
+
+def test_cpu_recorded_proc():
+    host = cpu.parse(fixture_text("proc-cpuinfo_amd-epyc-vm.txt"), fixture_text("proc-meminfo_amd-epyc-vm.txt"))
+    assert host.kind == "cpu" and host.index == 0 and host.name.startswith("AMD EPYC (2 logical CPUs")
+    assert host.memory_total_bytes == 24684084 * 1024
+    assert 0 < host.memory_used_bytes < host.memory_total_bytes
+
+
+def test_cpu_utilisation_from_two_stat_samples():
+    before = "cpu  100 0 100 800 0 0 0 0 0 0\n"
+    after = "cpu  150 0 150 900 0 0 0 0 0 0\n"
+    host = cpu.parse("processor\t: 0\n", "MemTotal: 10 kB\nMemAvailable: 5 kB\n", before, after)
+    assert host.utilization_ratio == pytest.approx(0.5)
+
+
+@pytest.mark.parametrize(
+    ("parser", "fixture"),
+    [
+        (npu_smi.parse, "cnmon_mlu370-x8.txt"),
+        (cnmon.parse, "mx-smi_c550.txt"),
+        (mx_smi.parse, "npu-smi-info_910b2c.txt"),
+        (mthreads_gmi.parse, "xpu-smi_kunlun-p800.txt"),
+        (hy_smi.parse, "mthreads-gmi_s5000.txt"),
+        (nvidia_smi.parse, "hy-smi-json_bw.json"),
+        (xpu_smi.parse_kunlun, "cnmon_mlu370-x8.txt"),
+    ],
+)
+def test_another_tools_output_is_refused_precisely(parser, fixture):
+    with pytest.raises(DeviceParseError) as info:
+        parser(fixture_text(fixture))
+    assert info.value.tool and info.value.reason
