@@ -29,7 +29,11 @@ final class ClientHeaders {
     return UUID.randomUUID().toString();
   }
 
-  /** Adds x-request-id (from the call options) and the extra headers to every call. */
+  /**
+   * Adds x-request-id (from the call options) and the extra headers to every call. A header an
+   * outer interceptor already set (e.g. the traceparent of a Micrometer Observation's client span)
+   * is kept.
+   */
   static final class Interceptor implements ClientInterceptor {
     private final Supplier<Map<String, String>> extra;
 
@@ -60,8 +64,9 @@ final class ClientHeaders {
                   Metadata.Key<String> k =
                       Metadata.Key.of(e.getKey().toLowerCase(java.util.Locale.ROOT),
                           Metadata.ASCII_STRING_MARSHALLER);
-                  headers.discardAll(k);
-                  headers.put(k, e.getValue());
+                  if (!headers.containsKey(k)) {
+                    headers.put(k, e.getValue());
+                  }
                 }
               }
             }

@@ -1010,7 +1010,7 @@ public final class XinserveClient implements AutoCloseable {
     /**
      * Extra headers for every call, asked for at the start of each call (e.g. the W3C {@code
      * traceparent} of the current span). Names are lower-cased; failures of the supplier are
-     * ignored.
+     * ignored; a header an interceptor already set is not replaced.
      *
      * @param headers the supplier
      * @return this builder

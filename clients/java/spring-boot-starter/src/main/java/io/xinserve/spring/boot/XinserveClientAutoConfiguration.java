@@ -15,6 +15,11 @@ import org.springframework.boot.actuate.health.CompositeHealthContributor;
 import org.springframework.boot.actuate.health.Health;
 import org.springframework.boot.actuate.health.HealthContributor;
 import org.springframework.boot.actuate.health.HealthIndicator;
+import org.springframework.boot.actuate.autoconfigure.health.ConditionalOnEnabledHealthIndicator;
+import io.micrometer.core.instrument.binder.grpc.ObservationGrpcClientInterceptor;
+import io.micrometer.observation.ObservationRegistry;
+import org.springframework.boot.autoconfigure.condition.ConditionalOnBean;
+import java.util.Set;
 import org.springframework.boot.autoconfigure.AutoConfiguration;
 import org.springframework.boot.autoconfigure.condition.ConditionalOnClass;
 import org.springframework.boot.autoconfigure.condition.ConditionalOnMissingBean;
@@ -31,13 +36,24 @@ import org.springframework.util.StringUtils;
  * Auto-configures xinserve clients from {@code xinserve.client.*}: a {@link XinserveClients}
  * registry with the default and named clients, the default {@link XinserveClient} bean (when
  * {@code xinserve.client.address} is set), an Actuator health contributor "xinserve", Micrometer
- * meters and trace propagation. Every bean backs off when the application defines its own.
+ * meters, a Micrometer {@code Observation} per call (a client span when tracing is on) and trace
+ * propagation. Every bean backs off when the application defines its own; an application's own
+ * {@link XinserveClient} bean becomes the registry's default client, so health and the Spring AI
+ * models use it instead of a second channel built from properties.
+ *
+ * <p>Built for Spring Boot 3.5: on Spring Boot 4 the context fails to start, naming {@code
+ * xinserve-spring-boot4-starter}.
  */
 @AutoConfiguration(after = SslAutoConfiguration.class)
 @ConditionalOnClass(XinserveClient.class)
 @ConditionalOnProperty(prefix = "xinserve.client", name = "enabled", matchIfMissing = true)
 @EnableConfigurationProperties(XinserveClientProperties.class)
 public class XinserveClientAutoConfiguration {
+
+  /** Fails at start-up on a Spring Boot generation other than 3. */
+  public XinserveClientAutoConfiguration() {
+    BootGeneration.requireBoot3();
+  }
 
   /**
    * @param sslBundles SSL bundles, if any
@@ -71,7 +87,7 @@ public class XinserveClientAutoConfiguration {
    * @return all configured clients by name
    */
   @Bean
-  @ConditionalOnMissingBean
+  @ConditionalOnMissingBean({XinserveClients.class, XinserveClient.class})
   public XinserveClients xinserveClients(
       XinserveClientFactory factory, XinserveClientProperties properties) {
     Map<String, XinserveClient> clients = new LinkedHashMap<>();
@@ -80,6 +96,27 @@ public class XinserveClientAutoConfiguration {
     }
     properties.getClients().forEach((name, s) -> clients.put(name, factory.create(name, s, properties)));
     return new XinserveClients(clients);
+  }
+
+  /**
+   * The registry when the application defines its own {@link XinserveClient}: that bean is the
+   * default client (not closed by the registry; its own bean definition does that), named clients
+   * come from properties as usual.
+   *
+   * @param factory the client factory
+   * @param properties the properties
+   * @param own the application's client
+   * @return all clients by name
+   */
+  @Bean
+  @ConditionalOnMissingBean(XinserveClients.class)
+  @ConditionalOnBean(XinserveClient.class)
+  public XinserveClients xinserveClientsWithApplicationClient(
+      XinserveClientFactory factory, XinserveClientProperties properties, XinserveClient own) {
+    Map<String, XinserveClient> clients = new LinkedHashMap<>();
+    clients.put(XinserveClients.DEFAULT, own);
+    properties.getClients().forEach((name, s) -> clients.put(name, factory.create(name, s, properties)));
+    return new XinserveClients(clients, Set.of(XinserveClients.DEFAULT));
   }
 
   /**
@@ -109,6 +146,26 @@ public class XinserveClientAutoConfiguration {
     }
   }
 
+  /**
+   * One Micrometer {@code Observation} per call ({@code grpc.client}, by Micrometer's
+   * ObservationGrpcClientInterceptor), when an ObservationRegistry bean exists: with Micrometer
+   * Tracing each call is a client span, and its trace context is what the server receives.
+   */
+  @Configuration(proxyBeanMethods = false)
+  @ConditionalOnClass({ObservationRegistry.class, ObservationGrpcClientInterceptor.class})
+  @ConditionalOnProperty(prefix = "xinserve.client.observations", name = "enabled", matchIfMissing = true)
+  static class ObservationConfiguration {
+    @Bean
+    @ConditionalOnMissingBean(name = "xinserveObservationInterceptorProvider")
+    XinserveInterceptorProvider xinserveObservationInterceptorProvider(
+        ObjectProvider<ObservationRegistry> registry) {
+      return name -> {
+        ObservationRegistry r = registry.getIfAvailable();
+        return r == null || r.isNoop() ? List.of() : List.of(new ObservationGrpcClientInterceptor(r));
+      };
+    }
+  }
+
   /** traceparent propagation, when Micrometer Tracing is on the class path. */
   @Configuration(proxyBeanMethods = false)
   @ConditionalOnClass({Tracer.class, Propagator.class})
@@ -123,8 +180,9 @@ public class XinserveClientAutoConfiguration {
 
   /** Actuator health, when Spring Boot Actuator is on the class path. */
   @Configuration(proxyBeanMethods = false)
-  @ConditionalOnClass(HealthIndicator.class)
+  @ConditionalOnClass({HealthIndicator.class, ConditionalOnEnabledHealthIndicator.class})
   @ConditionalOnProperty(prefix = "xinserve.client.health", name = "enabled", matchIfMissing = true)
+  @ConditionalOnEnabledHealthIndicator("xinserve")
   static class HealthConfiguration {
     @Bean
     @ConditionalOnMissingBean(name = "xinserveHealthContributor")

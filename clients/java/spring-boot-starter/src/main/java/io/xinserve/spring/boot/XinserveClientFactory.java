@@ -55,18 +55,43 @@ public class XinserveClientFactory {
     XinserveClientSettings d = defaults != null ? defaults : new XinserveClientSettings();
     String address = pick(settings.getAddress(), d.getAddress(), null);
     if (!StringUtils.hasText(address)) {
-      throw new IllegalStateException("xinserve client '" + name + "': address is not set");
+      throw new XinserveConfigurationException(
+          name, "address", "address is not set", "Set " + prefix(name) + ".address, e.g. dns:///xinserve.internal:50051.");
     }
     XinserveClient.Builder b = XinserveClient.builder().target(address);
-    if (Boolean.TRUE.equals(pick(settings.getPlaintext(), d.getPlaintext(), false))) {
-      b.plaintext();
+    // a client's own setting wins over an inherited one: an explicit plaintext=true is not
+    // turned into TLS by the default client's SSL bundle, nor an explicit plaintext=false
+    // into plaintext by the default client's plaintext=true
+    String ownBundle = settings.getSsl().getBundle();
+    boolean plaintext;
+    if (settings.getPlaintext() != null) {
+      plaintext = settings.getPlaintext();
+    } else if (StringUtils.hasText(ownBundle)) {
+      plaintext = false;
+    } else {
+      plaintext = Boolean.TRUE.equals(d.getPlaintext());
     }
-    String bundleName = pick(settings.getSsl().getBundle(), d.getSsl().getBundle(), null);
+    if (plaintext && StringUtils.hasText(ownBundle)) {
+      throw new XinserveConfigurationException(
+          name, "ssl.bundle", "plaintext=true and ssl.bundle=" + ownBundle + " contradict each other",
+          "Remove one of " + prefix(name) + ".plaintext and " + prefix(name) + ".ssl.bundle.");
+    }
+    String bundleName = plaintext ? null : pick(ownBundle, d.getSsl().getBundle(), null);
     if (StringUtils.hasText(bundleName)) {
       if (sslBundles == null) {
-        throw new IllegalStateException("xinserve client '" + name + "': no SslBundles available");
+        throw new XinserveConfigurationException(
+            name, "ssl.bundle", "SSL bundle '" + bundleName + "' is set but no SslBundles exist",
+            "Define it under spring.ssl.bundle.pem." + bundleName + " (or .jks).");
       }
-      SslBundle bundle = sslBundles.getBundle(bundleName);
+      SslBundle bundle;
+      try {
+        bundle = sslBundles.getBundle(bundleName);
+      } catch (RuntimeException e) {
+        throw new XinserveConfigurationException(
+            name, "ssl.bundle", "SSL bundle '" + bundleName + "' cannot be used: " + e.getMessage(),
+            "Define it under spring.ssl.bundle.pem." + bundleName + " (or .jks), or fix "
+                + prefix(name) + ".ssl.bundle.");
+      }
       var tmf = bundle.getManagers().getTrustManagerFactory();
       if (tmf != null && tmf.getTrustManagers().length > 0) {
         b.trustManager(tmf.getTrustManagers()[0]);
@@ -77,6 +102,15 @@ public class XinserveClientFactory {
           b.keyManager(kmf.getKeyManagers()[0]);
         }
       }
+    }
+    if (plaintext) {
+      b.plaintext();
+    }
+    b.defaultModel(pick(settings.getModel(), d.getModel(), null));
+    b.defaultEmbeddingModel(pick(settings.getEmbeddingModel(), d.getEmbeddingModel(), null));
+    Duration idle = pick(settings.getDeadline().getStreamIdle(), d.getDeadline().getStreamIdle(), null);
+    if (idle != null) {
+      b.streamIdleTimeout(idle);
     }
     String authority = pick(settings.getAuthority(), d.getAuthority(), null);
     if (StringUtils.hasText(authority)) {
@@ -144,6 +178,10 @@ public class XinserveClientFactory {
       c.customize(name, b);
     }
     return b.build();
+  }
+
+  private static String prefix(String name) {
+    return XinserveClients.DEFAULT.equals(name) ? "xinserve.client" : "xinserve.client.clients." + name;
   }
 
   private static <T> T pick(T own, T inherited, T fallback) {

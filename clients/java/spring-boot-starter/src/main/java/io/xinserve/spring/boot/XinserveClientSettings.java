@@ -45,6 +45,15 @@ public class XinserveClientSettings {
   /** Messages a streaming iterator requests ahead of its reader. Default 16. */
   private Integer streamPrefetch;
 
+  /**
+   * Generative model used when a call names none: the SDK's text shortcuts (generateText,
+   * streamText, chat(system, user)), requests with an empty model and the Spring AI ChatModel.
+   */
+  private String model;
+
+  /** Embedding model used when a call names none (embed(List), the Spring AI EmbeddingModel). */
+  private String embeddingModel;
+
   /** TLS settings. */
   private final Ssl ssl = new Ssl();
 
@@ -56,6 +65,26 @@ public class XinserveClientSettings {
 
   /** Retry of calls failing with UNAVAILABLE (never after a stream's first token). */
   private final Retry retry = new Retry();
+
+  /** @return the default generative model */
+  public String getModel() {
+    return model;
+  }
+
+  /** @param model the default generative model */
+  public void setModel(String model) {
+    this.model = model;
+  }
+
+  /** @return the default embedding model */
+  public String getEmbeddingModel() {
+    return embeddingModel;
+  }
+
+  /** @param embeddingModel the default embedding model */
+  public void setEmbeddingModel(String embeddingModel) {
+    this.embeddingModel = embeddingModel;
+  }
 
   /** @return the gRPC target */
   public String getAddress() {
@@ -187,6 +216,22 @@ public class XinserveClientSettings {
      * generations are not cut off.
      */
     private Duration stream;
+
+    /**
+     * Cancel a stream that receives no message for this long (it then fails with
+     * DEADLINE_EXCEEDED). Default 0: none.
+     */
+    private Duration streamIdle;
+
+    /** @return the stream idle timeout */
+    public Duration getStreamIdle() {
+      return streamIdle;
+    }
+
+    /** @param streamIdle the stream idle timeout */
+    public void setStreamIdle(Duration streamIdle) {
+      this.streamIdle = streamIdle;
+    }
 
     /** @return the unary deadline */
     public Duration getUnary() {

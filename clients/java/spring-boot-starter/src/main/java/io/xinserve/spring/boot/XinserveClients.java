@@ -17,12 +17,23 @@ public class XinserveClients implements DisposableBean {
   public static final String DEFAULT = "default";
 
   private final Map<String, XinserveClient> clients;
+  private final java.util.Set<String> notOwned;
+
+  /**
+   * @param clients the clients by name; the map is copied; all are closed by {@link #destroy()}
+   */
+  public XinserveClients(Map<String, XinserveClient> clients) {
+    this(clients, java.util.Set.of());
+  }
 
   /**
    * @param clients the clients by name; the map is copied
+   * @param notOwned names of clients owned elsewhere (e.g. the application's own bean), which
+   *     {@link #destroy()} leaves open
    */
-  public XinserveClients(Map<String, XinserveClient> clients) {
+  public XinserveClients(Map<String, XinserveClient> clients, java.util.Set<String> notOwned) {
     this.clients = Collections.unmodifiableMap(new LinkedHashMap<>(clients));
+    this.notOwned = java.util.Set.copyOf(notOwned);
   }
 
   /**
@@ -52,6 +63,11 @@ public class XinserveClients implements DisposableBean {
   /** Closes every client. */
   @Override
   public void destroy() {
-    clients.values().forEach(XinserveClient::close);
+    clients.forEach(
+        (name, client) -> {
+          if (!notOwned.contains(name)) {
+            client.close();
+          }
+        });
   }
 }

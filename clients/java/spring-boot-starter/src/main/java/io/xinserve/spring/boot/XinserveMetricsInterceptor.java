@@ -21,7 +21,7 @@ import java.util.concurrent.TimeUnit;
 
 /**
  * Records Micrometer meters for every call of one client. Meters (tags {@code client}, {@code
- * method}):
+ * method}, {@code model}: the request's model, {@code none} for calls without one):
  *
  * <ul>
  *   <li>{@code xinserve.client.calls} timer, also tagged {@code status} (gRPC code): calls by
@@ -53,6 +53,17 @@ public class XinserveMetricsInterceptor implements ClientInterceptor {
     String name = method.getServiceName() + "/" + method.getBareMethodName();
     boolean streaming = method.getType() == MethodDescriptor.MethodType.SERVER_STREAMING;
     return new ForwardingClientCall.SimpleForwardingClientCall<>(next.newCall(method, callOptions)) {
+      private volatile String model = "none";
+
+      @Override
+      public void sendMessage(Q message) {
+        String m = modelOf(message);
+        if (m != null && !m.isEmpty()) {
+          model = m;
+        }
+        super.sendMessage(message);
+      }
+
       @Override
       public void start(Listener<R> listener, Metadata headers) {
         long start = System.nanoTime();
@@ -68,7 +79,7 @@ public class XinserveMetricsInterceptor implements ClientInterceptor {
                   if (streaming) {
                     Timer.builder("xinserve.client.time.to.first.token")
                         .description("Time from the start of a stream to its first message")
-                        .tags("client", client, "method", name)
+                        .tags("client", client, "method", name, "model", model)
                         .register(registry)
                         .record(first - start, TimeUnit.NANOSECONDS);
                   }
@@ -83,21 +94,21 @@ public class XinserveMetricsInterceptor implements ClientInterceptor {
                 try {
                   Timer.builder("xinserve.client.calls")
                       .description("xinserve calls by method and status")
-                      .tags("client", client, "method", name, "status", status.getCode().name())
+                      .tags("client", client, "method", name, "model", model, "status", status.getCode().name())
                       .register(registry)
                       .record(end - start, TimeUnit.NANOSECONDS);
                   if (tokens > 0) {
                     Counter.builder("xinserve.client.tokens")
                         .description("Generated tokens received")
                         .baseUnit("tokens")
-                        .tags("client", client, "method", name)
+                        .tags("client", client, "method", name, "model", model)
                         .register(registry)
                         .increment(tokens);
                     if (streaming && end > start) {
                       DistributionSummary.builder("xinserve.client.tokens.per.second")
                           .description("Generated tokens per second of a stream")
                           .baseUnit("tokens/s")
-                          .tags("client", client, "method", name)
+                          .tags("client", client, "method", name, "model", model)
                           .register(registry)
                           .record(tokens / ((end - start) / 1e9));
                     }
@@ -105,7 +116,7 @@ public class XinserveMetricsInterceptor implements ClientInterceptor {
                   if (status.getCode() == Status.Code.CANCELLED) {
                     Counter.builder("xinserve.client.cancellations")
                         .description("Calls ended by cancellation")
-                        .tags("client", client, "method", name)
+                        .tags("client", client, "method", name, "model", model)
                         .register(registry)
                         .increment();
                   }
@@ -118,6 +129,22 @@ public class XinserveMetricsInterceptor implements ClientInterceptor {
             headers);
       }
     };
+  }
+
+  private static String modelOf(Object message) {
+    if (message instanceof io.xinserve.v1.GenerateRequest r) {
+      return r.getModel();
+    }
+    if (message instanceof io.xinserve.v1.ChatRequest r) {
+      return r.getModel();
+    }
+    if (message instanceof io.xinserve.v1.EmbedRequest r) {
+      return r.getModel();
+    }
+    if (message instanceof io.xinserve.v1.TokenizeRequest r) {
+      return r.getModel();
+    }
+    return null;
   }
 
   private static long tokens(Object message) {

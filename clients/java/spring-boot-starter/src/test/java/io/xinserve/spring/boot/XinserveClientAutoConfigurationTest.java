@@ -77,6 +77,9 @@ class XinserveClientAutoConfigurationTest {
         new InferenceServiceGrpc.InferenceServiceImplBase() {
           @Override
           public void generate(GenerateRequest r, StreamObserver<GenerateResponse> out) {
+            if (r.getModel().equals("block")) {
+              return; // answers never: only a cancel or a deadline ends the call
+            }
             out.onNext(
                 GenerateResponse.newBuilder()
                     .setUsage(Usage.newBuilder().setCompletionTokens(7))
@@ -86,6 +89,9 @@ class XinserveClientAutoConfigurationTest {
 
           @Override
           public void generateStream(GenerateRequest r, StreamObserver<GenerateStreamResponse> out) {
+            if (r.getModel().equals("block")) {
+              return; // sends nothing until cancelled
+            }
             for (int i = 0; i < 3; i++) {
               out.onNext(GenerateStreamResponse.newBuilder().addTokenIds(i).addTokenIds(i).build());
             }
@@ -96,6 +102,28 @@ class XinserveClientAutoConfigurationTest {
         InProcessServerBuilder.forName(name)
             .addService(ServerInterceptors.intercept(service, recorder))
             .addService(health.getHealthService())
+            .addService(
+                ServerInterceptors.intercept(
+                    new io.xinserve.v1.ServerServiceGrpc.ServerServiceImplBase() {
+                      @Override
+                      public void getServerInfo(
+                          io.xinserve.v1.GetServerInfoRequest r,
+                          StreamObserver<io.xinserve.v1.GetServerInfoResponse> out) {
+                        out.onNext(io.xinserve.v1.GetServerInfoResponse.getDefaultInstance());
+                        out.onCompleted();
+                      }
+                    },
+                    new ServerInterceptor() {
+                      @Override
+                      public <Q, R> ServerCall.Listener<Q> interceptCall(
+                          ServerCall<Q, R> call, Metadata md, ServerCallHandler<Q, R> next) {
+                        if ("Bearer bad".equals(md.get(AUTH))) {
+                          call.close(io.grpc.Status.UNAUTHENTICATED.withDescription("bad token"), new Metadata());
+                          return new ServerCall.Listener<>() {};
+                        }
+                        return next.startCall(call, md);
+                      }
+                    }))
             .build()
             .start();
   }
@@ -167,14 +195,174 @@ class XinserveClientAutoConfigurationTest {
   }
 
   @Test
-  void userDefinedClientWins() {
+  void userDefinedClientWinsAndIsTheRegistrysDefaultForHealthAndMetrics() {
+    XinserveClient[] own = new XinserveClient[1];
     runner
-        .withPropertyValues("xinserve.client.address=x:1")
+        .withPropertyValues("xinserve.client.address=x:1", "xinserve.client.clients.b.address=y:1")
         .withBean(
             "myClient",
             XinserveClient.class,
-            () -> XinserveClient.builder().channelBuilder(InProcessChannelBuilder.forName(name)).build())
-        .run(ctx -> assertThat(ctx.getBeansOfType(XinserveClient.class)).containsOnlyKeys("myClient"));
+            () -> own[0] = XinserveClient.builder().channelBuilder(InProcessChannelBuilder.forName(name)).build())
+        .run(
+            ctx -> {
+              assertThat(ctx.getBeansOfType(XinserveClient.class)).containsOnlyKeys("myClient");
+              XinserveClients clients = ctx.getBean(XinserveClients.class);
+              assertThat(clients.get("default")).isSameAs(own[0]);
+              assertThat(clients.asMap()).containsOnlyKeys("default", "b");
+              assertThat(ctx.getBean("xinserveHealthContributor"))
+                  .isInstanceOf(CompositeHealthContributor.class);
+              var composite = (CompositeHealthContributor) ctx.getBean("xinserveHealthContributor");
+              health.setStatus("", ServingStatus.SERVING);
+              assertThat(((HealthIndicator) composite.getContributor("default")).health().getStatus())
+                  .isEqualTo(Status.UP);
+            });
+    // the registry leaves the application's client to its own bean definition
+    assertThat(own[0]).isNotNull();
+  }
+
+  @Test
+  void namedPlaintextClientIgnoresTheInheritedSslBundle() {
+    runner
+        .withPropertyValues(
+            "xinserve.client.address=x:1",
+            "xinserve.client.ssl.bundle=missing-bundle",
+            "xinserve.client.clients.local.address=y:1",
+            "xinserve.client.clients.local.plaintext=true")
+        .withBean(org.springframework.boot.ssl.SslBundles.class, () -> new org.springframework.boot.ssl.DefaultSslBundleRegistry())
+        .run(
+            ctx -> {
+              // the default client's bundle does not exist: it alone fails
+              assertThat(ctx).hasFailed();
+              assertThat(ctx.getStartupFailure())
+                  .rootCause()
+                  .hasMessageContaining("'default'")
+                  .hasMessageContaining("missing-bundle");
+            });
+    runner
+        .withPropertyValues(
+            "xinserve.client.address=x:1",
+            "xinserve.client.plaintext=false",
+            "xinserve.client.ssl.bundle=missing-bundle",
+            "xinserve.client.clients.local.address=y:1",
+            "xinserve.client.clients.local.plaintext=true")
+        .withBean(XinserveClientFactory.class, () -> new XinserveClientFactory(
+            new org.springframework.boot.ssl.DefaultSslBundleRegistry(), List.of(), List.of(inProcess), n -> List.of()))
+        .run(ctx -> assertThat(ctx).hasFailed());
+    XinserveClientProperties props = new XinserveClientProperties();
+    props.setAddress("x:1");
+    props.getSsl().setBundle("missing-bundle");
+    XinserveClientSettings local = new XinserveClientSettings();
+    local.setAddress("y:1");
+    local.setPlaintext(true);
+    XinserveClientFactory factory =
+        new XinserveClientFactory(
+            new org.springframework.boot.ssl.DefaultSslBundleRegistry(), List.of(), List.of(inProcess), n -> List.of());
+    // an explicit plaintext=true is not turned into TLS by the inherited bundle (it would fail
+    // here, the bundle being unknown)
+    try (XinserveClient c = factory.create("local", local, props)) {
+      health.setStatus("", ServingStatus.SERVING);
+      assertThat(c.checkHealth("", java.time.Duration.ofSeconds(30))).isEqualTo(ServingStatus.SERVING);
+    }
+  }
+
+  @Test
+  void configurationErrorsAreReportedByTheFailureAnalyzer() throws Exception {
+    XinserveClientSettings none = new XinserveClientSettings();
+    XinserveClientFactory factory = new XinserveClientFactory(null, List.of(), List.of(), n -> List.of());
+    XinserveConfigurationException e =
+        org.assertj.core.api.Assertions.catchThrowableOfType(
+            XinserveConfigurationException.class, () -> factory.create("emb", none, null));
+    assertThat(e.getMessage()).contains("'emb'", "address is not set");
+    var analysis = new XinserveFailureAnalyzer().analyze(new RuntimeException("wrapper", e));
+    assertThat(analysis).isNotNull();
+    assertThat(analysis.getAction()).contains("xinserve.client.clients.emb.address");
+    try (var in = getClass().getResourceAsStream("/META-INF/spring.factories")) {
+      assertThat(new String(in.readAllBytes(), StandardCharsets.UTF_8))
+          .contains("FailureAnalyzer", XinserveFailureAnalyzer.class.getName());
+    }
+  }
+
+  @Test
+  void healthWithAnInvalidTokenIsDownAndNamesTheTarget() {
+    runner
+        .withPropertyValues("xinserve.client.address=x:1", "xinserve.client.token=bad")
+        .run(
+            ctx -> {
+              HealthIndicator h =
+                  (HealthIndicator) ctx.getBean("xinserveHealthContributor", HealthContributor.class);
+              health.setStatus("", ServingStatus.SERVING);
+              var result = h.health();
+              assertThat(result.getStatus()).isEqualTo(Status.DOWN);
+              assertThat(result.getDetails())
+                  .containsEntry("code", "UNAUTHENTICATED")
+                  .containsEntry("target", "x:1");
+            });
+  }
+
+  @Test
+  void healthIndicatorHonoursManagementHealthEnabled() {
+    runner
+        .withPropertyValues("xinserve.client.address=x:1", "management.health.xinserve.enabled=false")
+        .run(ctx -> assertThat(ctx).doesNotHaveBean("xinserveHealthContributor"));
+  }
+
+  @Test
+  void aFailedCheckWhileTheChannelIsStillConnectingIsUnknown() {
+    XinserveClient c =
+        XinserveClient.builder()
+            .target("dns:///127.0.0.1:1")
+            .plaintext()
+            .retryPolicy(io.xinserve.client.RetryPolicy.none())
+            .build();
+    try (c) {
+      // a new channel is IDLE: the first check cannot tell "down" from "not connected yet"
+      var result = new XinserveHealthIndicator(c, "", java.time.Duration.ofMillis(1)).health();
+      assertThat(result.getStatus()).isIn(Status.UNKNOWN);
+      assertThat(result.getDetails()).containsEntry("target", "dns:///127.0.0.1:1");
+    }
+  }
+
+  @Test
+  void eachCallIsAMicrometerObservation() {
+    List<String> stopped = new java.util.concurrent.CopyOnWriteArrayList<>();
+    io.micrometer.observation.ObservationRegistry registry = io.micrometer.observation.ObservationRegistry.create();
+    registry.observationConfig().observationHandler(
+        new io.micrometer.observation.ObservationHandler<io.micrometer.observation.Observation.Context>() {
+          @Override
+          public boolean supportsContext(io.micrometer.observation.Observation.Context context) {
+            return true;
+          }
+
+          @Override
+          public void onStop(io.micrometer.observation.Observation.Context context) {
+            stopped.add(context.getName() + " " + context.getContextualName());
+          }
+        });
+    runner
+        .withPropertyValues("xinserve.client.address=x:1")
+        .withBean(io.micrometer.observation.ObservationRegistry.class, () -> registry)
+        .run(
+            ctx -> {
+              ctx.getBean(XinserveClient.class).generate(GenerateRequest.newBuilder().setModel("m").build());
+              long deadline = System.currentTimeMillis() + 60_000;
+              while (stopped.isEmpty() && System.currentTimeMillis() < deadline) {
+                Thread.sleep(20);
+              }
+              assertThat(stopped).contains("grpc.client xinserve.v1.InferenceService/Generate");
+            });
+  }
+
+  @Test
+  void theStarterRefusesAnotherSpringBootGeneration() {
+    BootGeneration.require("3.5.7", 3, "xinserve-spring-boot-starter", "xinserve-spring-boot4-starter");
+    BootGeneration.require(null, 3, "xinserve-spring-boot-starter", "xinserve-spring-boot4-starter");
+    org.assertj.core.api.Assertions.assertThatThrownBy(
+            () -> BootGeneration.require("4.0.7", 3, "xinserve-spring-boot-starter", "xinserve-spring-boot4-starter"))
+        .isInstanceOf(IllegalStateException.class)
+        .hasMessageContaining("Spring Boot 4.0.7")
+        .hasMessageContaining("xinserve-spring-boot4-starter");
+    // the running Boot is 3.x: the auto-configuration starts
+    assertThat(org.springframework.boot.SpringBootVersion.getVersion()).startsWith("3.");
   }
 
   @Test
@@ -229,16 +417,21 @@ class XinserveClientAutoConfigurationTest {
                   .isEqualTo(1);
               assertThat(reg.get("xinserve.client.tokens.per.second").tags("method", stream).summary().count())
                   .isEqualTo(1);
-              // a cancelled call is counted
-              var f = c.generateAsync(GenerateRequest.newBuilder().setModel("m").build());
+              // a cancelled call is counted: the server never answers "block", so the cancel races
+              // nothing
+              var f = c.generateAsync(GenerateRequest.newBuilder().setModel("block").build());
               f.cancel(true);
-              c.generateStream(GenerateRequest.newBuilder().setModel("m").build()).close();
-              long deadline = System.currentTimeMillis() + 5000;
-              while (reg.find("xinserve.client.cancellations").counter() == null
-                  && System.currentTimeMillis() < deadline) {
+              c.generateStream(GenerateRequest.newBuilder().setModel("block").build()).close();
+              long deadline = System.currentTimeMillis() + 60_000;
+              while (cancellations(reg) < 2 && System.currentTimeMillis() < deadline) {
                 Thread.sleep(20);
               }
-              assertThat(reg.find("xinserve.client.cancellations").counter()).isNotNull();
+              assertThat(reg.get("xinserve.client.cancellations").tags("method", gen, "model", "block").counter().count())
+                  .isEqualTo(1);
+              assertThat(reg.get("xinserve.client.cancellations").tags("method", stream, "model", "block").counter().count())
+                  .isEqualTo(1);
+              assertThat(reg.get("xinserve.client.calls").tags("method", gen, "model", "m").timer().count())
+                  .isEqualTo(1);
             });
   }
 
@@ -293,6 +486,12 @@ class XinserveClientAutoConfigurationTest {
           .contains("xinserve.client.address", "xinserve.client.deadline.unary",
               "xinserve.client.ssl.bundle", "xinserve.client.clients", "round_robin");
     }
+  }
+
+  private static double cancellations(MeterRegistry reg) {
+    return reg.find("xinserve.client.cancellations").counters().stream()
+        .mapToDouble(io.micrometer.core.instrument.Counter::count)
+        .sum();
   }
 
   private Metadata last() throws InterruptedException {
