@@ -252,6 +252,12 @@ class AuditLog:
     def _open_sync(self) -> None:
         store = self._store_factory()
         try:
+            if store.schema_exists():
+                altered = store.schema_problems()
+                if altered:
+                    raise AuditIntegrityError(
+                        f"the audit store's tables were altered ({'; '.join(altered)}); run `xinserve audit verify`"
+                    )
             store.create_schema()
             store.lock_writer(self.chain)
             head = store.head(self.chain)

@@ -6,25 +6,30 @@ from __future__ import annotations
 import argparse
 import asyncio
 import shutil
+import sqlite3
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from audit_helpers import Backend, rpc_record_factory
+from audit_helpers import Backend, FakeClock, rpc_record_factory
+from local_tsa import LocalTsa, make_tsa_pki
 from rsyslog_collector import RSYSLOGD, Rsyslog, free_port
 
 import audit.cli
 from audit.anchors import load_anchors, parse_text
-from audit.config import FailurePolicy, SyslogSettings
+from audit.config import FailurePolicy, SyslogSettings, TsaSettings
 from audit.errors import AuditUnavailable
-from audit.log import AuditLog
+from audit.log import AuditIntegrityError, AuditLog
 from audit.records import EventType, parse_body
+from audit.retention import run_retention
 from audit.stores.sqlite import SqliteStore
 from audit.syslog_shipper import HEADROOM
+from audit.timestamping import load_tsa_roots
 from audit.verify import verify_store
 from tests.support.pki import Pki, make_pki
 
-pytestmark = pytest.mark.skipif(RSYSLOGD is None, reason="rsyslogd is not installed (scripts/bootstrap installs it)")
+needs_rsyslog = pytest.mark.skipif(RSYSLOGD is None, reason="rsyslogd is not installed (scripts/bootstrap installs it)")
 
 
 def run_cli(argv: list[str]) -> int:
@@ -77,6 +82,7 @@ def pem_of(key, tmp_path: Path) -> Path:  # type: ignore[no-untyped-def]
     return pem
 
 
+@needs_rsyslog
 async def test_records_and_checkpoints_arrive_intact_and_in_order_over_tls(
     sqlite_backend: Backend, key, collector: Rsyslog, pki: Pki
 ) -> None:
@@ -102,6 +108,7 @@ async def test_records_and_checkpoints_arrive_intact_and_in_order_over_tls(
         assert verify_store(store, [key.public_key()], anchors=anchors).ok
 
 
+@needs_rsyslog
 async def test_rollback_wipe_and_truncation_are_caught_with_the_stream(
     sqlite_backend: Backend, key, collector: Rsyslog, pki: Pki, tmp_path: Path, capsys
 ) -> None:
@@ -157,6 +164,7 @@ async def test_rollback_wipe_and_truncation_are_caught_with_the_stream(
     assert "anchor_missing" in capsys.readouterr().out
 
 
+@needs_rsyslog
 async def test_collector_down_fail_closed_refuses_then_recovers(
     sqlite_backend: Backend, key, pki: Pki, tmp_path: Path
 ) -> None:
@@ -188,6 +196,7 @@ async def test_collector_down_fail_closed_refuses_then_recovers(
     assert shipping[0]["outcome"] == "UNAVAILABLE" and shipping[1]["outcome"] == "OK"
 
 
+@needs_rsyslog
 async def test_collector_down_log_and_continue_counts_and_records_the_loss(
     sqlite_backend: Backend, key, pki: Pki, tmp_path: Path
 ) -> None:
@@ -227,3 +236,92 @@ def test_a_binary_anchor_file_is_a_usage_error(tmp_path: Path, key, capsys) -> N
     assert run_cli(["audit", "verify", "--store", str(db), "--public-key", str(pem), "--anchor", str(bad)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "not text" in err
+
+
+@pytest.fixture
+def tsa(tmp_path: Path) -> Iterator[LocalTsa]:
+    t = LocalTsa(tmp_path / "tsa")
+    yield t
+    t.close()
+
+
+@needs_rsyslog
+async def test_checkpoints_carry_rfc3161_timestamps_that_verify(
+    sqlite_backend: Backend, key, collector: Rsyslog, pki: Pki, tsa: LocalTsa, tmp_path: Path
+) -> None:
+    settings = sqlite_backend.settings(syslog=syslog_settings(collector, pki), tsa=TsaSettings(url=tsa.url))
+    log = await AuditLog.open(settings, key, start_ticker=False)
+    await log.append(rpc_record_factory()(0))
+    await log.checkpoint()
+    await log.close()
+    collector.wait_for(lambda ls: sum('"tst"' in x for x in ls) >= 3)
+    anchors = load_anchors([collector.stream])
+    assert len(anchors.timestamps) == len(anchors.checkpoints) == 3 and tsa.requests == 3
+    roots = load_tsa_roots(tsa.ca.read_bytes())
+    with SqliteStore(sqlite_backend.path, readonly=True) as store:
+        assert verify_store(store, [key.public_key()], anchors=anchors, tsa_roots=roots).ok
+        foreign = load_tsa_roots(make_tsa_pki(tmp_path / "other-tsa", "some other TSA")[0].read_bytes())
+        report = verify_store(store, [key.public_key()], anchors=anchors, tsa_roots=foreign)
+    assert {p.kind for p in report.chains[0].problems} == {"anchor_timestamp_invalid"}
+
+
+@needs_rsyslog
+async def test_a_purge_under_a_forged_clock_is_caught_by_timestamps_and_archives_are_checked(
+    sqlite_backend: Backend, key, collector: Rsyslog, pki: Pki, tsa: LocalTsa, tmp_path: Path, capsys
+) -> None:
+    """With the server key and a clock set 200 days ahead, recent records are purged under a
+    cutoff that looks legal; the signed log verifies, the TSA's times do not agree."""
+    clock = FakeClock(int(time.time() * 1000))
+    settings = sqlite_backend.settings(syslog=syslog_settings(collector, pki), tsa=TsaSettings(url=tsa.url))
+    log = await AuditLog.open(settings, key, clock=clock, start_ticker=False)
+    make = rpc_record_factory(clock)
+    for i in range(6):
+        await log.append(make(i))
+    await log.close()
+    clock.advance(days=200)
+    log = await AuditLog.open(settings, key, clock=clock, start_ticker=False)
+    result = await run_retention(log)
+    assert result.purged == 6
+    await log.close()
+    collector.wait_for(lambda ls: sum('"tst"' in x for x in ls) >= 5)
+    pem = pem_of(key, tmp_path)
+    base = ["audit", "verify", "--store", str(sqlite_backend.path), "--public-key", str(pem), "--offline"]
+    stream = ["--anchor", str(collector.stream)]
+    archive = ["--archive-dir", str(settings.effective_archive_dir())]
+    assert run_cli(base + stream + archive) == 0  # the signatures alone cannot tell
+    capsys.readouterr()
+    assert run_cli(base + stream + ["--tsa-cert", str(tsa.ca)]) == 1
+    out = capsys.readouterr().out
+    assert "purge_unproven" in out and "checkpoint_time_forged" in out
+    assert result.archive is not None
+    result.archive.unlink()
+    assert run_cli(base + archive) == 1
+    assert "purge_archive_missing" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "tamper",
+    [
+        "DROP TABLE audit_checkpoints",
+        "DROP TABLE audit_records",
+        "ALTER TABLE audit_records RENAME TO x; "
+        "CREATE TABLE audit_records (chain TEXT, seq TEXT, time_ms TEXT, event TEXT, principal TEXT, method TEXT, "
+        "outcome TEXT, body TEXT, hash TEXT); INSERT INTO audit_records SELECT * FROM x; DROP TABLE x",
+    ],
+)
+async def test_dropped_or_rebuilt_tables_are_tampering(
+    sqlite_backend: Backend, key, tmp_path: Path, capsys, tamper: str
+) -> None:
+    log = await AuditLog.open(sqlite_backend.settings(), key, start_ticker=False)
+    for i in range(3):
+        await log.append(rpc_record_factory()(i))
+    await log.close()
+    db = sqlite3.connect(sqlite_backend.path, isolation_level=None)
+    db.executescript(tamper)
+    db.close()
+    pem = pem_of(key, tmp_path)
+    assert run_cli(["audit", "verify", "--store", str(sqlite_backend.path), "--public-key", str(pem)]) == 1
+    out = capsys.readouterr().out
+    assert "schema_altered" in out and ("dropped" in out or "rebuilt" in out)
+    with pytest.raises(AuditIntegrityError, match="tables"):
+        await AuditLog.open(sqlite_backend.settings(), key, start_ticker=False)
