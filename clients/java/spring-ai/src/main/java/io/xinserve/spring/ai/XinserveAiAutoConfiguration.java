@@ -1,0 +1,68 @@
+package io.xinserve.spring.ai;
+
+import io.xinserve.spring.boot.XinserveClientAutoConfiguration;
+import io.xinserve.spring.boot.XinserveClients;
+import org.springframework.ai.chat.model.ChatModel;
+import org.springframework.ai.embedding.EmbeddingModel;
+import org.springframework.boot.SpringBootVersion;
+import org.springframework.boot.autoconfigure.AutoConfiguration;
+import org.springframework.boot.autoconfigure.condition.ConditionalOnBean;
+import org.springframework.boot.autoconfigure.condition.ConditionalOnClass;
+import org.springframework.boot.autoconfigure.condition.ConditionalOnMissingBean;
+import org.springframework.boot.autoconfigure.condition.ConditionalOnProperty;
+import org.springframework.boot.context.properties.EnableConfigurationProperties;
+import org.springframework.context.annotation.Bean;
+
+/**
+ * Auto-configures a Spring AI {@link XinserveChatModel} and {@link XinserveEmbeddingModel} when
+ * Spring AI is on the class path, over the xinserve client named by {@code xinserve.ai.client}
+ * (default: the default client of {@code xinserve.client.*}). Each backs off when the application
+ * defines its own bean of that type, or with {@code xinserve.ai.chat.enabled=false} / {@code
+ * xinserve.ai.embedding.enabled=false}.
+ *
+ * <p>Built for Spring Boot 3.5 and Spring AI 1.1: on Spring Boot 4 the context fails to start.
+ */
+@AutoConfiguration(after = XinserveClientAutoConfiguration.class)
+@ConditionalOnClass({ChatModel.class, XinserveClients.class})
+@ConditionalOnBean(XinserveClients.class)
+@EnableConfigurationProperties(XinserveAiProperties.class)
+public class XinserveAiAutoConfiguration {
+
+  /** Fails at start-up on a Spring Boot generation other than 3. */
+  public XinserveAiAutoConfiguration() {
+    String v = SpringBootVersion.getVersion();
+    if (v != null && !v.startsWith("3.")) {
+      throw new IllegalStateException(
+          "xinserve-spring-ai is built for Spring Boot 3.x and Spring AI 1.1 but the application"
+              + " runs Spring Boot " + v + " (see docs/java.md, Spring Boot 3 and 4)");
+    }
+  }
+
+  /**
+   * @param clients the configured clients
+   * @param properties {@code xinserve.ai.*}
+   * @return the chat model
+   * @throws java.util.NoSuchElementException if {@code xinserve.ai.client} names no client
+   */
+  @Bean
+  @ConditionalOnMissingBean(XinserveChatModel.class)
+  @ConditionalOnProperty(prefix = "xinserve.ai.chat", name = "enabled", matchIfMissing = true)
+  public XinserveChatModel xinserveChatModel(XinserveClients clients, XinserveAiProperties properties) {
+    return new XinserveChatModel(clients.get(properties.getClient()), properties.getChat().getOptions());
+  }
+
+  /**
+   * @param clients the configured clients
+   * @param properties {@code xinserve.ai.*}
+   * @return the embedding model
+   */
+  @Bean
+  @ConditionalOnMissingBean(XinserveEmbeddingModel.class)
+  @ConditionalOnClass(EmbeddingModel.class)
+  @ConditionalOnProperty(prefix = "xinserve.ai.embedding", name = "enabled", matchIfMissing = true)
+  public XinserveEmbeddingModel xinserveEmbeddingModel(
+      XinserveClients clients, XinserveAiProperties properties) {
+    return new XinserveEmbeddingModel(
+        clients.get(properties.getClient()), properties.getEmbedding().getModel());
+  }
+}
