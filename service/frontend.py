@@ -7,6 +7,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1.health import aio as health_aio
 from grpc_reflection.v1alpha import reflection
 
+from service.attestation_servicer import AttestationServicer, certificate_spki_sha256
 from service.audit_servicer import AuditServicer
 from service.auth import Authenticator
 from service.config import Settings
@@ -16,6 +17,8 @@ from service.model_servicer import ModelServicer
 from service.runtime import Runtime
 from service.server_servicer import ServerServicer
 from xinserve.v1 import (
+    attestation_pb2,
+    attestation_pb2_grpc,
     audit_pb2,
     audit_pb2_grpc,
     inference_pb2,
@@ -85,6 +88,8 @@ class Frontend:
         model_pb2_grpc.add_ModelServiceServicer_to_server(ModelServicer(runtime, device), self.server)
         server_pb2_grpc.add_ServerServiceServicer_to_server(ServerServicer(runtime, device), self.server)
         audit_pb2_grpc.add_AuditServiceServicer_to_server(AuditServicer(runtime), self.server)
+        spki = certificate_spki_sha256(settings.tls.cert_file) if settings.listen.tls else None
+        attestation_pb2_grpc.add_AttestationServiceServicer_to_server(AttestationServicer(runtime, spki), self.server)
         self.health = health_aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         if settings.reflection:
@@ -93,6 +98,7 @@ class Frontend:
                 model_pb2.DESCRIPTOR.services_by_name["ModelService"].full_name,
                 server_pb2.DESCRIPTOR.services_by_name["ServerService"].full_name,
                 audit_pb2.DESCRIPTOR.services_by_name["AuditService"].full_name,
+                attestation_pb2.DESCRIPTOR.services_by_name["AttestationService"].full_name,
                 health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
                 reflection.SERVICE_NAME,
             ]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.metadata
 import platform
 
+from service.attestation_servicer import tee_status
 from service.runtime import Runtime
 from service.status import not_found
 from xinserve.v1 import server_pb2, server_pb2_grpc
@@ -55,6 +56,7 @@ class ServerServicer(server_pb2_grpc.ServerServiceServicer):
             backend_version=infos[0].backend_version if infos else "",
             devices=[server_pb2.Device(kind=self._device, index=0, name=name)],
             capabilities=caps,
+            tee=tee_status(self._rt),
         )
 
     async def GetLoad(self, request, context):

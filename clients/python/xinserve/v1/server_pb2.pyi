@@ -1,3 +1,4 @@
+from xinserve.v1 import attestation_pb2 as _attestation_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from google.protobuf import descriptor as _descriptor
@@ -55,7 +56,7 @@ class GetServerInfoRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class GetServerInfoResponse(_message.Message):
-    __slots__ = ("server_version", "schema_revision", "min_client_revision", "backend", "backend_version", "devices", "capabilities")
+    __slots__ = ("server_version", "schema_revision", "min_client_revision", "backend", "backend_version", "devices", "capabilities", "tee")
     SERVER_VERSION_FIELD_NUMBER: _ClassVar[int]
     SCHEMA_REVISION_FIELD_NUMBER: _ClassVar[int]
     MIN_CLIENT_REVISION_FIELD_NUMBER: _ClassVar[int]
@@ -63,6 +64,7 @@ class GetServerInfoResponse(_message.Message):
     BACKEND_VERSION_FIELD_NUMBER: _ClassVar[int]
     DEVICES_FIELD_NUMBER: _ClassVar[int]
     CAPABILITIES_FIELD_NUMBER: _ClassVar[int]
+    TEE_FIELD_NUMBER: _ClassVar[int]
     server_version: str
     schema_revision: int
     min_client_revision: int
@@ -70,7 +72,8 @@ class GetServerInfoResponse(_message.Message):
     backend_version: str
     devices: _containers.RepeatedCompositeFieldContainer[Device]
     capabilities: Capabilities
-    def __init__(self, server_version: _Optional[str] = ..., schema_revision: _Optional[int] = ..., min_client_revision: _Optional[int] = ..., backend: _Optional[str] = ..., backend_version: _Optional[str] = ..., devices: _Optional[_Iterable[_Union[Device, _Mapping]]] = ..., capabilities: _Optional[_Union[Capabilities, _Mapping]] = ...) -> None: ...
+    tee: _attestation_pb2.TeeStatus
+    def __init__(self, server_version: _Optional[str] = ..., schema_revision: _Optional[int] = ..., min_client_revision: _Optional[int] = ..., backend: _Optional[str] = ..., backend_version: _Optional[str] = ..., devices: _Optional[_Iterable[_Union[Device, _Mapping]]] = ..., capabilities: _Optional[_Union[Capabilities, _Mapping]] = ..., tee: _Optional[_Union[_attestation_pb2.TeeStatus, _Mapping]] = ...) -> None: ...
 
 class GetLoadRequest(_message.Message):
     __slots__ = ("model",)

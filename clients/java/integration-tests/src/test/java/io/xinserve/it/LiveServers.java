@@ -78,7 +78,8 @@ final class LiveServers implements AutoCloseable {
         "--tls-listen", "127.0.0.1:" + tlsPort,
         "--tls-cert", pki.serverCert.toString(), "--tls-key", pki.serverKey.toString(),
         "--tls-client-ca", pki.caCert.toString(),
-        "--token-file", tokens.toString(), "--auth-required"));
+        "--token-file", tokens.toString(), "--auth-required",
+        "--builtin-model", TINY, "--builtin-model", MINILM));
     try (XinserveClient probe = plainClient(port).bearerToken(TOKEN).build()) {
       started.awaitServing(probe);
     } catch (Exception | Error e) {

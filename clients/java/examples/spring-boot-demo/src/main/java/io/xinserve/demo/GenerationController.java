@@ -92,8 +92,10 @@ public class GenerationController {
   }
 
   /**
-   * Streams a completion as Server-Sent Events: {@code token} events carry text deltas, a final
-   * {@code done} event the finish reason, an {@code error} event the gRPC status. When the HTTP
+   * Streams a completion as Server-Sent Events: {@code token} events carry a text delta as JSON
+   * {@code {"text": "..."}} (so leading spaces and newlines survive: an EventSource strips one
+   * space after {@code data:} and splits lines), a final {@code done} event the finish reason, an
+   * {@code error} event the gRPC status. When the HTTP
    * client goes away, the next write fails and the gRPC call is cancelled, which aborts the
    * server's engine request.
    *
@@ -126,7 +128,10 @@ public class GenerationController {
               public void onNext(GenerateStreamResponse delta) {
                 try {
                   if (!delta.getText().isEmpty()) {
-                    emitter.send(SseEmitter.event().name("token").data(delta.getText()));
+                    emitter.send(
+                        SseEmitter.event()
+                            .name("token")
+                            .data(Map.of("text", delta.getText()), MediaType.APPLICATION_JSON));
                   }
                   if (delta.getFinishReason().getNumber() != 0) {
                     emitter.send(SseEmitter.event().name("done").data(delta.getFinishReason().name()));

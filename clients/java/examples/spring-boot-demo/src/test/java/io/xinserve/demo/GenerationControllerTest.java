@@ -61,7 +61,7 @@ class GenerationControllerTest {
                     out.onCompleted();
                     return;
                   }
-                  out.onNext(GenerateStreamResponse.newBuilder().setText("t" + i).addTokenIds(i).build());
+                  out.onNext(GenerateStreamResponse.newBuilder().setText(" t" + i).addTokenIds(i).build());
                 }
               });
             }
@@ -96,7 +96,9 @@ class GenerationControllerTest {
             .GET().build(),
         HttpResponse.BodyHandlers.ofLines());
     List<String> lines = r.body().toList();
-    assertThat(lines).containsSubsequence("event:token", "data:t1", "event:token", "data:t2");
+    // the leading space of each delta survives: tokens arrive as JSON
+    assertThat(lines)
+        .containsSubsequence("event:token", "data:{\"text\":\" t1\"}", "event:token", "data:{\"text\":\" t2\"}");
     assertThat(lines).contains("event:done", "data:FINISH_REASON_LENGTH");
   }
 

@@ -196,6 +196,9 @@ public class XinserveChatModel implements ChatModel {
     if (o.getSeed() != null) {
       sp.setSeed(o.getSeed());
     }
+    if (o.getIgnoreEos() != null) {
+      sp.setIgnoreEos(o.getIgnoreEos());
+    }
     if (o.getOutputSchema() != null && !o.getOutputSchema().isBlank()) {
       sp.setJsonSchema(o.getOutputSchema());
     }

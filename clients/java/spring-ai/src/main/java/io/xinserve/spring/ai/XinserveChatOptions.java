@@ -9,7 +9,7 @@ import org.springframework.ai.model.tool.StructuredOutputChatOptions;
  * Spring AI chat options of an xinserve model, mapped one to one onto the contract's {@code
  * SamplingParams} (vLLM's names): {@code temperature}, {@code top_p}, {@code top_k}, {@code
  * max_tokens}, {@code stop}, {@code presence_penalty}, {@code frequency_penalty}, {@code
- * repetition_penalty}, {@code seed}; Spring AI's native structured output ({@link
+ * repetition_penalty}, {@code seed}, {@code ignore_eos}; Spring AI's native structured output ({@link
  * #getOutputSchema()}) becomes {@code json_schema}. {@code null} leaves the model's default.
  */
 public class XinserveChatOptions implements StructuredOutputChatOptions {
@@ -23,6 +23,7 @@ public class XinserveChatOptions implements StructuredOutputChatOptions {
   private Double frequencyPenalty;
   private Double repetitionPenalty;
   private Long seed;
+  private Boolean ignoreEos;
   private String outputSchema;
 
   /** @return a builder of options */
@@ -53,6 +54,7 @@ public class XinserveChatOptions implements StructuredOutputChatOptions {
     if (options instanceof XinserveChatOptions x) {
       o.repetitionPenalty = x.repetitionPenalty;
       o.seed = x.seed;
+      o.ignoreEos = x.ignoreEos;
       o.outputSchema = x.outputSchema;
     } else if (options instanceof StructuredOutputChatOptions s) {
       o.outputSchema = s.getOutputSchema();
@@ -80,6 +82,7 @@ public class XinserveChatOptions implements StructuredOutputChatOptions {
     o.frequencyPenalty = x.frequencyPenalty != null ? x.frequencyPenalty : o.frequencyPenalty;
     o.repetitionPenalty = x.repetitionPenalty != null ? x.repetitionPenalty : o.repetitionPenalty;
     o.seed = x.seed != null ? x.seed : o.seed;
+    o.ignoreEos = x.ignoreEos != null ? x.ignoreEos : o.ignoreEos;
     o.outputSchema = x.outputSchema != null ? x.outputSchema : o.outputSchema;
     return o;
   }
@@ -184,6 +187,16 @@ public class XinserveChatOptions implements StructuredOutputChatOptions {
     this.seed = seed;
   }
 
+  /** @return whether to keep generating after the end-of-sequence token */
+  public Boolean getIgnoreEos() {
+    return ignoreEos;
+  }
+
+  /** @param ignoreEos keep generating after the end-of-sequence token (until max tokens) */
+  public void setIgnoreEos(Boolean ignoreEos) {
+    this.ignoreEos = ignoreEos;
+  }
+
   /** @return the JSON Schema the reply must satisfy ({@code json_schema}), or {@code null} */
   @Override
   public String getOutputSchema() {
@@ -218,6 +231,7 @@ public class XinserveChatOptions implements StructuredOutputChatOptions {
         && Objects.equals(frequencyPenalty, o.frequencyPenalty)
         && Objects.equals(repetitionPenalty, o.repetitionPenalty)
         && Objects.equals(seed, o.seed)
+        && Objects.equals(ignoreEos, o.ignoreEos)
         && Objects.equals(outputSchema, o.outputSchema);
   }
 
@@ -289,6 +303,12 @@ public class XinserveChatOptions implements StructuredOutputChatOptions {
     /** @param v seed @return this builder */
     public Builder seed(Long v) {
       o.seed = v;
+      return this;
+    }
+
+    /** @param v ignore_eos @return this builder */
+    public Builder ignoreEos(Boolean v) {
+      o.ignoreEos = v;
       return this;
     }
 

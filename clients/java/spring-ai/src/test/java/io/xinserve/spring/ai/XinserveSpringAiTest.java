@@ -167,7 +167,8 @@ class XinserveSpringAiTest {
   void structuredOutputSchemaAndSeedBecomeSamplingParams() {
     XinserveChatModel model = new XinserveChatModel(client, null);
     String schema = "{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"}}}";
-    model.call(new Prompt("q", XinserveChatOptions.builder().outputSchema(schema).seed(42L).repetitionPenalty(1.1).build()));
+    model.call(new Prompt("q", XinserveChatOptions.builder().outputSchema(schema).seed(42L).repetitionPenalty(1.1).ignoreEos(true).build()));
+    assertThat(chats.get(0).getSamplingParams().getIgnoreEos()).isTrue();
     assertThat(chats.get(0).getSamplingParams().getJsonSchema()).isEqualTo(schema);
     assertThat(chats.get(0).getSamplingParams().getSeed()).isEqualTo(42L);
     assertThat(chats.get(0).getSamplingParams().getRepetitionPenalty()).isEqualTo(1.1f);
