@@ -135,6 +135,12 @@ def add_commands(subparsers: Any) -> None:
     sl.add_argument("--chain", required=True, help="the node id of the chain to seal")
     sl.add_argument("--key", required=True, type=Path, help="the server's SM2 private key (PEM)")
     sl.add_argument("--key-password-env", help="environment variable holding the key's password")
+    sl.add_argument("--key-password-file", type=Path, help="file holding the key's password (first line, 0600)")
+    sl.add_argument(
+        "--allow-insecure-key-permissions",
+        action="store_true",
+        help="warn instead of refusing a key or password file its group or others can access",
+    )
     sl.add_argument("--archive-dir", type=Path, help="(PostgreSQL) retention archive directory")
     sl.set_defaults(func=_run_seal)
 
@@ -309,6 +315,8 @@ def _run_seal(args: argparse.Namespace) -> int:
             "node_id": args.chain,
             "signing_key_path": args.key,
             "signing_key_password_env": args.key_password_env,
+            "signing_key_password_file": args.key_password_file,
+            "allow_insecure_key_permissions": args.allow_insecure_key_permissions,
             "archive_dir": args.archive_dir,
             "writer_lock_wait_s": 2.0,
         }

@@ -19,7 +19,6 @@ import asyncio
 import collections
 import concurrent.futures
 import contextlib
-import os
 import threading
 import time
 from collections.abc import AsyncIterator, Callable
@@ -913,24 +912,40 @@ def _as_store_error(exc: Exception) -> AuditStoreError:
     return AuditStoreError(f"internal error in the audit writer ({type(exc).__name__})")
 
 
-def load_signer(settings: AuditSettings) -> Any:
-    """The checkpoint signing key from ``settings.signing_key_path`` (``trust.sm2``)."""
-    from trust.errors import KeyFormatError
-    from trust.sm2 import Sm2PrivateKey
+def load_signer(settings: AuditSettings, *, create: bool = False) -> Any:
+    """The checkpoint signing key (``trust.sm2.Sm2PrivateKey``) from ``settings.signing_key_path``.
 
-    if settings.signing_key_path is None:
+    Decrypts it with the password from ``signing_key_password_env`` or
+    ``signing_key_password_file``; refuses a key or password file its group or others can access
+    unless ``allow_insecure_key_permissions``. ``create``: generate the key (0600, encrypted
+    with the password if one is configured) when the file does not exist (the server's first
+    start). Raises ``AuditConfigError`` (safe to show: no path or password in it).
+    """
+    from trust.errors import KeyFormatError
+    from trust.key_files import InsecureFileError, read_password
+    from trust.server_key import ensure_server_key
+
+    path = settings.signing_key_path
+    if path is None:
         raise AuditConfigError("audit needs an SM2 signing key (signing_key_path or the server key)")
-    password: bytes | None = None
-    if settings.signing_key_password_env:
-        value = os.environ.get(settings.signing_key_password_env)
-        if value is None:
-            raise AuditConfigError(f"environment variable {settings.signing_key_password_env} is not set")
-        password = value.encode("utf-8")
+    allow = settings.allow_insecure_key_permissions
     try:
-        data = settings.signing_key_path.read_bytes()
+        password = read_password(
+            settings.signing_key_password_env, settings.signing_key_password_file, allow_insecure=allow
+        )
+    except KeyError as exc:
+        raise AuditConfigError(f"environment variable {exc.args[0]} is not set") from None
+    except (ValueError, InsecureFileError) as exc:
+        raise AuditConfigError(f"the audit signing key's password: {exc}") from None
+    except OSError as exc:
+        raise AuditConfigError(f"cannot read the audit signing key's password file: {exc.strerror}") from None
+    if not create and not path.exists():
+        raise AuditConfigError("cannot read the audit signing key: No such file or directory")
+    try:
+        return ensure_server_key(path, password, allow_insecure=allow)
+    except InsecureFileError as exc:
+        raise AuditConfigError(str(exc)) from None
     except OSError as exc:
         raise AuditConfigError(f"cannot read the audit signing key: {exc.strerror}") from None
-    try:
-        return Sm2PrivateKey.from_pem(data, password=password)
-    except KeyFormatError:
-        raise AuditConfigError("the audit signing key is not a valid SM2 private key (or wrong password)") from None
+    except KeyFormatError as exc:
+        raise AuditConfigError(f"the audit signing key is unusable: {exc}") from None

@@ -61,6 +61,21 @@ _PAYLOAD_SIGNATURE = "CAST(payload AS BLOB), CAST(signature AS BLOB)"
 _SELECT_COLS = f"chain, seq, time_ms, event, principal, method, outcome, {_BODY}, {_HASH}"
 
 
+def _private_file(path: Path) -> None:
+    """Create ``path`` 0600 (in a directory made 0700) before SQLite opens it; tighten an existing
+    database (and its ``-wal``/``-shm`` files) that its group or others can access. SQLite gives
+    the WAL and shared-memory files the database file's mode."""
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+    except FileExistsError:
+        pass
+    for p in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
+        with contextlib.suppress(FileNotFoundError):
+            if p.stat().st_mode & 0o077:
+                os.chmod(p, 0o600)
+
+
 def _wrap(exc: BaseException) -> AuditStoreError:
     # sqlite3 messages carry no secrets; keep them short and path-free.
     return AuditStoreError(f"sqlite: {type(exc).__name__}: {exc}")
@@ -108,7 +123,7 @@ class SqliteStore(Store):
                 uri = f"{self.path.resolve().as_uri()}?mode=ro"
                 self._db = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False)
             else:
-                self.path.parent.mkdir(parents=True, exist_ok=True)
+                _private_file(self.path)
                 self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
                 self._db.execute("PRAGMA journal_mode=WAL")
                 self._db.execute("PRAGMA synchronous=FULL")

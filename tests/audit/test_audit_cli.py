@@ -159,6 +159,10 @@ async def test_seal_an_orphaned_chain(sqlite_backend: Backend, key, tmp_path, ca
     pem = tmp_path / "server.pem"
     pem.write_bytes(key.to_pem())
     args = ["audit", "seal", "--store", str(sqlite_backend.path), "--chain", "replica-7", "--key", str(pem)]
+    pem.chmod(0o644)
+    assert await asyncio.to_thread(run, args) == 2  # a key others can read is refused
+    assert "chmod 600" in capsys.readouterr().err
+    pem.chmod(0o600)
     assert await asyncio.to_thread(run, args) == 0  # the CLI runs its own event loop
     assert "3 unsigned records were intact" in capsys.readouterr().out
     with open_store(sqlite_backend.settings()) as store:
