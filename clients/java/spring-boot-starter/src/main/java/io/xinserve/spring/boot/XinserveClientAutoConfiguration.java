@@ -1,26 +1,22 @@
 package io.xinserve.spring.boot;
 
-import io.grpc.ClientInterceptor;
 import io.micrometer.core.instrument.MeterRegistry;
+import io.micrometer.core.instrument.binder.grpc.ObservationGrpcClientInterceptor;
+import io.micrometer.observation.ObservationRegistry;
 import io.micrometer.tracing.Tracer;
 import io.micrometer.tracing.propagation.Propagator;
 import io.xinserve.client.XinserveClient;
-import java.util.ArrayList;
 import java.util.LinkedHashMap;
-import java.util.List;
 import java.util.Map;
 import java.util.stream.Collectors;
 import org.springframework.beans.factory.ObjectProvider;
+import org.springframework.boot.actuate.autoconfigure.health.ConditionalOnEnabledHealthIndicator;
 import org.springframework.boot.actuate.health.CompositeHealthContributor;
 import org.springframework.boot.actuate.health.Health;
 import org.springframework.boot.actuate.health.HealthContributor;
 import org.springframework.boot.actuate.health.HealthIndicator;
-import org.springframework.boot.actuate.autoconfigure.health.ConditionalOnEnabledHealthIndicator;
-import io.micrometer.core.instrument.binder.grpc.ObservationGrpcClientInterceptor;
-import io.micrometer.observation.ObservationRegistry;
-import org.springframework.boot.autoconfigure.condition.ConditionalOnBean;
-import java.util.Set;
 import org.springframework.boot.autoconfigure.AutoConfiguration;
+import org.springframework.boot.autoconfigure.condition.ConditionalOnBean;
 import org.springframework.boot.autoconfigure.condition.ConditionalOnClass;
 import org.springframework.boot.autoconfigure.condition.ConditionalOnMissingBean;
 import org.springframework.boot.autoconfigure.condition.ConditionalOnProperty;
@@ -30,7 +26,6 @@ import org.springframework.boot.ssl.SslBundles;
 import org.springframework.context.annotation.Bean;
 import org.springframework.context.annotation.Configuration;
 import org.springframework.context.annotation.Primary;
-import org.springframework.util.StringUtils;
 
 /**
  * Auto-configures xinserve clients from {@code xinserve.client.*}: a {@link XinserveClients}
@@ -69,16 +64,7 @@ public class XinserveClientAutoConfiguration {
       ObjectProvider<XinserveCallHeaders> headers,
       ObjectProvider<XinserveClientCustomizer> customizers,
       ObjectProvider<XinserveInterceptorProvider> interceptors) {
-    List<XinserveInterceptorProvider> providers = interceptors.orderedStream().toList();
-    return new XinserveClientFactory(
-        sslBundles.getIfAvailable(),
-        headers.orderedStream().toList(),
-        customizers.orderedStream().toList(),
-        name -> {
-          List<ClientInterceptor> all = new ArrayList<>();
-          providers.forEach(p -> all.addAll(p.interceptors(name)));
-          return all;
-        });
+    return XinserveClientBeans.factory(sslBundles, headers, customizers, interceptors);
   }
 
   /**
@@ -90,12 +76,7 @@ public class XinserveClientAutoConfiguration {
   @ConditionalOnMissingBean({XinserveClients.class, XinserveClient.class})
   public XinserveClients xinserveClients(
       XinserveClientFactory factory, XinserveClientProperties properties) {
-    Map<String, XinserveClient> clients = new LinkedHashMap<>();
-    if (StringUtils.hasText(properties.getAddress())) {
-      clients.put(XinserveClients.DEFAULT, factory.create(XinserveClients.DEFAULT, properties, null));
-    }
-    properties.getClients().forEach((name, s) -> clients.put(name, factory.create(name, s, properties)));
-    return new XinserveClients(clients);
+    return XinserveClientBeans.clients(factory, properties, null);
   }
 
   /**
@@ -113,10 +94,7 @@ public class XinserveClientAutoConfiguration {
   @ConditionalOnBean(XinserveClient.class)
   public XinserveClients xinserveClientsWithApplicationClient(
       XinserveClientFactory factory, XinserveClientProperties properties, XinserveClient own) {
-    Map<String, XinserveClient> clients = new LinkedHashMap<>();
-    clients.put(XinserveClients.DEFAULT, own);
-    properties.getClients().forEach((name, s) -> clients.put(name, factory.create(name, s, properties)));
-    return new XinserveClients(clients, Set.of(XinserveClients.DEFAULT));
+    return XinserveClientBeans.clients(factory, properties, own);
   }
 
   /**
@@ -139,10 +117,7 @@ public class XinserveClientAutoConfiguration {
     @Bean
     @ConditionalOnMissingBean(name = "xinserveMetricsInterceptorProvider")
     XinserveInterceptorProvider xinserveMetricsInterceptorProvider(ObjectProvider<MeterRegistry> registry) {
-      return name -> {
-        MeterRegistry r = registry.getIfAvailable();
-        return r == null ? List.of() : List.of(new XinserveMetricsInterceptor(r, name));
-      };
+      return XinserveClientBeans.metrics(registry);
     }
   }
 
@@ -159,10 +134,7 @@ public class XinserveClientAutoConfiguration {
     @ConditionalOnMissingBean(name = "xinserveObservationInterceptorProvider")
     XinserveInterceptorProvider xinserveObservationInterceptorProvider(
         ObjectProvider<ObservationRegistry> registry) {
-      return name -> {
-        ObservationRegistry r = registry.getIfAvailable();
-        return r == null || r.isNoop() ? List.of() : List.of(new ObservationGrpcClientInterceptor(r));
-      };
+      return XinserveClientBeans.observations(registry);
     }
   }
 

@@ -1,0 +1,92 @@
+package io.xinserve.spring.boot;
+
+import io.grpc.ConnectivityState;
+import io.grpc.Status;
+import io.grpc.health.v1.HealthCheckResponse;
+import io.xinserve.client.XinserveClient;
+import io.xinserve.client.errors.XinserveException;
+import java.time.Duration;
+import java.util.LinkedHashMap;
+import java.util.Map;
+
+/**
+ * The health of one xinserve server as a client sees it, independent of Actuator's types (which
+ * moved between Spring Boot 3 and 4):
+ *
+ * <ol>
+ *   <li>the standard {@code grpc.health.v1.Health/Check} with a short deadline: SERVING goes on,
+ *       NOT_SERVING is OUT_OF_SERVICE (starting or draining), anything else DOWN;
+ *   <li>then {@code ServerService/GetServerInfo} with the client's credentials, because the
+ *       health service answers without checking them: UNAUTHENTICATED or PERMISSION_DENIED (a
+ *       wrong or expired token, a refused client certificate) is DOWN, success is UP.
+ * </ol>
+ *
+ * A check that fails while the channel is still connecting (the first check after start-up) is
+ * UNKNOWN, not DOWN. Details: {@code target}, {@code servingStatus}, and {@code code} and {@code
+ * channel} of a failed check.
+ */
+public final class XinserveHealthCheck {
+  /** Actuator's status codes. */
+  public enum Outcome {
+    /** SERVING and the credentials were accepted. */
+    UP,
+    /** The server or the credentials failed. */
+    DOWN,
+    /** NOT_SERVING: starting or draining. */
+    OUT_OF_SERVICE,
+    /** Not connected yet. */
+    UNKNOWN
+  }
+
+  /**
+   * @param outcome the status
+   * @param details the details, in order
+   */
+  public record Result(Outcome outcome, Map<String, Object> details) {}
+
+  private final XinserveClient client;
+  private final String service;
+  private final Duration timeout;
+
+  /**
+   * @param client the client to check through (its credentials are used)
+   * @param service the service name to check ({@code ""} for the whole server)
+   * @param timeout the deadline of each of the two calls
+   */
+  public XinserveHealthCheck(XinserveClient client, String service, Duration timeout) {
+    this.client = client;
+    this.service = service;
+    this.timeout = timeout;
+  }
+
+  /** @return the result of one check; never throws */
+  public Result check() {
+    Map<String, Object> d = new LinkedHashMap<>();
+    d.put("target", client.target());
+    ConnectivityState before = client.connectivityState(true);
+    HealthCheckResponse.ServingStatus s;
+    try {
+      s = client.checkHealth(service, timeout);
+    } catch (XinserveException e) {
+      boolean connecting =
+          before == ConnectivityState.IDLE || before == ConnectivityState.CONNECTING;
+      boolean transientFailure =
+          e.code() == Status.Code.DEADLINE_EXCEEDED || e.code() == Status.Code.UNAVAILABLE;
+      d.put("code", e.code().name());
+      d.put("channel", before.name());
+      return new Result(connecting && transientFailure ? Outcome.UNKNOWN : Outcome.DOWN, d);
+    }
+    d.put("servingStatus", s.name());
+    if (s != HealthCheckResponse.ServingStatus.SERVING) {
+      return new Result(
+          s == HealthCheckResponse.ServingStatus.NOT_SERVING ? Outcome.OUT_OF_SERVICE : Outcome.DOWN, d);
+    }
+    try {
+      client.withDeadline(timeout).serverInfo();
+    } catch (XinserveException e) {
+      d.put("code", e.code().name());
+      return new Result(Outcome.DOWN, d);
+    }
+    return new Result(Outcome.UP, d);
+  }
+}
