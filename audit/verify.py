@@ -427,6 +427,7 @@ def _verify_checkpoints(
     good: list[Checkpoint] = []
     prev: Checkpoint | None = None
     expect_n = 1
+    columns = {row[0]: row[1:] for row in store.checkpoint_columns(chain)}
     for n, payload, signature in store.raw_checkpoints(chain):
         try:
             cp = Checkpoint.from_payload(payload)
@@ -438,6 +439,14 @@ def _verify_checkpoints(
         if cp.n != n or cp.chain != chain:
             problems.append(Problem("checkpoint_misplaced", f"checkpoint stored as n={n} says n={cp.n}", checkpoint=n))
             continue
+        if columns.get(n) != (str(cp.kind), cp.time_ms, cp.tree_size):
+            problems.append(
+                Problem(
+                    "checkpoint_columns_altered",
+                    f"the kind, time or size columns of checkpoint {n} disagree with its signed payload",
+                    checkpoint=n,
+                )
+            )
         key = trusted.get(cp.key_id)
         if key is None:
             problems.append(

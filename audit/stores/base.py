@@ -132,6 +132,11 @@ class Store(abc.ABC):
     def raw_checkpoints(self, chain: str) -> list[tuple[int, bytes, bytes]]:
         """``(n, payload, signature)`` of every checkpoint of ``chain`` in ``n`` order, unparsed."""
 
+    @abc.abstractmethod
+    def checkpoint_columns(self, chain: str) -> list[tuple[int, str, int, int]]:
+        """``(n, kind, time_ms, tree_size)`` as the checkpoint rows' own columns hold them (in ``n``
+        order); verification checks they agree with the signed payloads."""
+
     def checkpoints(self, chain: str) -> list[SignedCheckpoint]:
         """All checkpoints of ``chain`` in ``n`` order (raises ``AuditEncodingError`` on a malformed one)."""
         return [SignedCheckpoint(Checkpoint.from_payload(p), p, s) for _, p, s in self.raw_checkpoints(chain)]

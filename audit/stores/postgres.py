@@ -275,6 +275,12 @@ class PostgresStore(Store):
         rows = self._run("SELECT n, payload, signature FROM audit_checkpoints WHERE chain = %s ORDER BY n", (chain,))
         return [(int(r[0]), bytes(r[1]), bytes(r[2])) for r in rows]
 
+    def checkpoint_columns(self, chain: str) -> list[tuple[int, str, int, int]]:
+        rows = self._run(
+            "SELECT n, kind, time_ms, tree_size FROM audit_checkpoints WHERE chain = %s ORDER BY n", (chain,)
+        )
+        return [(int(r[0]), str(r[1]), int(r[2]), int(r[3])) for r in rows]
+
     def chains(self) -> list[str]:
         rows = self._run("SELECT chain FROM audit_checkpoints UNION SELECT chain FROM audit_records ORDER BY 1")
         return [str(r[0]) for r in rows]

@@ -58,7 +58,12 @@ _COLS = "chain, seq, time_ms, event, principal, method, outcome, body, hash"
 _BODY = "CAST(body AS BLOB)"
 _HASH = "CAST(hash AS BLOB)"
 _PAYLOAD_SIGNATURE = "CAST(payload AS BLOB), CAST(signature AS BLOB)"
-_SELECT_COLS = f"chain, seq, time_ms, event, principal, method, outcome, {_BODY}, {_HASH}"
+# The other columns are cast too (a number rewritten as text, text rewritten as a number or as
+# bytes), and text is decoded with U+FFFD for bytes that are not UTF-8 (text_factory below).
+_SELECT_COLS = (
+    "CAST(chain AS TEXT), CAST(seq AS INTEGER), CAST(time_ms AS INTEGER), CAST(event AS TEXT), "
+    f"CAST(principal AS TEXT), CAST(method AS TEXT), CAST(outcome AS TEXT), {_BODY}, {_HASH}"
+)
 
 
 def _private_file(path: Path) -> None:
@@ -74,6 +79,10 @@ def _private_file(path: Path) -> None:
         with contextlib.suppress(FileNotFoundError):
             if p.stat().st_mode & 0o077:
                 os.chmod(p, 0o600)
+
+
+def _decode_text(raw: bytes) -> str:
+    return raw.decode("utf-8", "replace")
 
 
 def _wrap(exc: BaseException) -> AuditStoreError:
@@ -130,6 +139,7 @@ class SqliteStore(Store):
                 # Fold the WAL back into the database every ~16 MiB rather than every 4 MiB.
                 self._db.execute("PRAGMA wal_autocheckpoint=4000")
             self._db.execute("PRAGMA busy_timeout=10000")
+            self._db.text_factory = _decode_text
         except sqlite3.Error as exc:
             raise _wrap(exc) from exc
 
@@ -157,7 +167,7 @@ class SqliteStore(Store):
 
     def head(self, chain: str) -> tuple[int, bytes] | None:
         row = self._exec(
-            f"SELECT seq, {_HASH} FROM audit_records WHERE chain = ? ORDER BY seq DESC LIMIT 1",  # noqa: S608
+            f"SELECT CAST(seq AS INTEGER), {_HASH} FROM audit_records WHERE chain = ? ORDER BY seq DESC LIMIT 1",  # noqa: S608
             (chain,),
         ).fetchone()
         return (int(row[0]), bytes(row[1])) if row else None
@@ -207,7 +217,8 @@ class SqliteStore(Store):
 
     def iter_hashes(self, chain: str, start: int, end: int | None) -> Iterator[tuple[int, bytes, bytes]]:
         cur = self._exec(
-            f"SELECT seq, {_BODY}, {_HASH} FROM audit_records WHERE chain = ? AND seq >= ? AND seq <= ? ORDER BY seq",  # noqa: S608
+            f"SELECT CAST(seq AS INTEGER), {_BODY}, {_HASH} FROM audit_records"  # noqa: S608
+            " WHERE chain = ? AND seq >= ? AND seq <= ? ORDER BY seq",
             (chain, start, end if end is not None else 2**62),
         )
         try:
@@ -245,19 +256,30 @@ class SqliteStore(Store):
 
     def raw_checkpoints(self, chain: str) -> list[tuple[int, bytes, bytes]]:
         rows = self._exec(
-            f"SELECT n, {_PAYLOAD_SIGNATURE} FROM audit_checkpoints WHERE chain = ? ORDER BY n",  # noqa: S608
+            f"SELECT CAST(n AS INTEGER), {_PAYLOAD_SIGNATURE} FROM audit_checkpoints WHERE chain = ? ORDER BY n",  # noqa: S608
             (chain,),
         ).fetchall()
         return [(int(r[0]), bytes(r[1]), bytes(r[2])) for r in rows]
 
+    def checkpoint_columns(self, chain: str) -> list[tuple[int, str, int, int]]:
+        rows = self._exec(
+            "SELECT CAST(n AS INTEGER), CAST(kind AS TEXT), CAST(time_ms AS INTEGER), CAST(tree_size AS INTEGER)"
+            " FROM audit_checkpoints WHERE chain = ? ORDER BY n",
+            (chain,),
+        ).fetchall()
+        return [(int(r[0]), str(r[1]), int(r[2]), int(r[3])) for r in rows]
+
     def chains(self) -> list[str]:
         rows = self._exec(
-            "SELECT chain FROM audit_checkpoints UNION SELECT DISTINCT chain FROM audit_records ORDER BY 1"
+            "SELECT CAST(chain AS TEXT) FROM audit_checkpoints"
+            " UNION SELECT CAST(chain AS TEXT) FROM audit_records ORDER BY 1"
         ).fetchall()
         return [str(r[0]) for r in rows]
 
     def bounds(self, chain: str) -> tuple[int, int] | None:
-        row = self._exec("SELECT min(seq), max(seq) FROM audit_records WHERE chain = ?", (chain,)).fetchone()
+        row = self._exec(
+            "SELECT min(CAST(seq AS INTEGER)), max(CAST(seq AS INTEGER)) FROM audit_records WHERE chain = ?", (chain,)
+        ).fetchone()
         return (int(row[0]), int(row[1])) if row and row[0] is not None else None
 
     def hash_at(self, chain: str, seq: int) -> bytes | None:
@@ -277,7 +299,7 @@ class SqliteStore(Store):
 
     def first_seq_at_or_after(self, chain: str, time_ms: int) -> int | None:
         row = self._exec(
-            "SELECT min(seq) FROM audit_records WHERE chain = ? AND time_ms >= ?", (chain, time_ms)
+            "SELECT min(CAST(seq AS INTEGER)) FROM audit_records WHERE chain = ? AND time_ms >= ?", (chain, time_ms)
         ).fetchone()
         return int(row[0]) if row and row[0] is not None else None
 

@@ -238,3 +238,45 @@ async def test_text_record_without_any_checkpoint_at_open(sqlite_backend: Backen
     backend.sql("UPDATE audit_records SET body = replace(body, '\"OK\"', '\"ABORTED\"') WHERE seq = 2")
     with pytest.raises(AuditIntegrityError, match="record 2"):
         await AuditLog.open(backend.settings(), key, clock=clock, start_ticker=False)
+
+
+@pytest.mark.parametrize(
+    "assignment",
+    [
+        "time_ms = 'yesterday'",
+        "time_ms = 1.5",
+        "event = x'ff00fe'",
+        "principal = x'c3'",
+        "method = 42",
+        "outcome = x'80'",
+        "chain = chain || x'ff'",
+    ],
+)
+async def test_other_columns_with_other_types_are_read_not_crashed(
+    sqlite_backend: Backend, key, clock, tmp_path: Path, capsys, assignment: str
+) -> None:
+    """Indexed columns rewritten as another storage class (or as bytes that are not UTF-8):
+    export and tail print the record, verify reports it altered (exit 1), never exit 3."""
+    await build(sqlite_backend, key, clock)
+    sqlite_backend.sql(f"UPDATE audit_records SET {assignment} WHERE seq = 5")
+    pem = tmp_path / "server.pub.pem"
+    pem.write_bytes(key.public_key().to_pem())
+    store = ["--store", str(sqlite_backend.path)]
+    assert run_cli(["audit", "export", *store]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 12 and all(json.loads(line) for line in lines)
+    assert run_cli(["audit", "tail", "-n", "20", *store]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == 12
+    assert run_cli(["audit", "verify", *store, "--public-key", str(pem), "--offline"]) == 1
+    out = capsys.readouterr().out
+    assert "record_altered" in out or "record_missing" in out
+
+
+@pytest.mark.parametrize("assignment", ["kind = 'purge'", "tree_size = 999", "time_ms = 0", "kind = x'ff'"])
+async def test_checkpoint_columns_must_match_the_signed_payload(
+    sqlite_backend: Backend, key, clock, assignment: str
+) -> None:
+    await build(sqlite_backend, key, clock)
+    sqlite_backend.sql(f"UPDATE audit_checkpoints SET {assignment} WHERE n = 2")
+    report = verify(sqlite_backend, key, clock)
+    assert [(p.kind, p.checkpoint) for p in report.chains[0].problems] == [("checkpoint_columns_altered", 2)]
