@@ -111,6 +111,28 @@ class AuditTrail:
             log.error("audit_detail_not_encodable", method=info.method, error=str(exc))
             await self._append(dataclasses.replace(record, detail={"detail_dropped": True}))
 
+    async def record_begin(self, info: CallInfo) -> None:
+        """Append the call's ``rpc_begin`` record (durable on return; group-committed with others).
+
+        For streamed and long calls, before their first output: if the process dies before the
+        call's ``rpc`` record is written, the begin record (same ``request_id``) still shows who
+        started what. Raises ``RpcError`` UNAVAILABLE like :meth:`record_call`.
+        """
+        await self._append(
+            AuditRecord(
+                event=EventType.RPC_BEGIN,
+                principal=info.principal.name or None,
+                auth_method=info.principal.auth_method,
+                cert_fingerprint=info.principal.cert_fingerprint,
+                peer=info.peer or None,
+                method=info.method,
+                model=info.model,
+                manifest_digest=info.manifest_digest,
+                request_id=info.request_id,
+                trace_id=info.trace_id,
+            )
+        )
+
     async def event(self, event: EventType, outcome: str = "OK", **detail: Any) -> None:
         """Append a system event (start, stop, model_verified ...). Never raises: logs instead."""
         clean = {k: v for k, v in detail.items() if v is not None}
