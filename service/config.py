@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pydantic_settings import BaseSettings, EnvSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
 
 from audit.config import AuditSettings
+from engine_backends.builtin_models import BUILTIN_NAMES, DEFAULT_BUILTINS
 from engine_backends.platforms import DEVICE_CHOICES
 from trust.tee.config import TeeSettings
 
@@ -178,6 +179,8 @@ class Settings(BaseSettings):
     auth: AuthSettings = Field(default_factory=AuthSettings)
     models: list[ModelSettings] = Field(default_factory=list)
     """Models to serve; empty serves the embedded default models."""
+    builtin_models: list[str] = Field(default_factory=lambda: list(DEFAULT_BUILTINS))
+    """The embedded models served when ``models`` is empty (engine_backends.builtin_models)."""
     trust: TrustSettings = Field(default_factory=TrustSettings)
     tee: TeeSettings = Field(default_factory=TeeSettings)
     """TEE evidence provider, key broker, decrypted-model directory (docs/tee.md)."""
@@ -222,6 +225,11 @@ class Settings(BaseSettings):
             raise ValueError(f"trust.image_signature_file: no such file: {t.image_signature_file}")
         if t.trust_store_dir is not None and not t.trust_store_dir.is_dir():
             raise ValueError(f"trust.trust_store_dir: no such directory: {t.trust_store_dir}")
+        unknown = [n for n in self.builtin_models if n not in BUILTIN_NAMES]
+        if unknown:
+            raise ValueError(f"builtin_models: {', '.join(unknown)}: choose from {', '.join(BUILTIN_NAMES)}")
+        if not self.builtin_models or len(set(self.builtin_models)) != len(self.builtin_models):
+            raise ValueError("builtin_models: name at least one model, each once")
         names = [m.name for m in self.models]
         if len(set(names)) != len(names):
             raise ValueError("models: served names must be unique")

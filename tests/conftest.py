@@ -1,8 +1,9 @@
 """Session-wide fixtures: ONE real server over the real vLLM engine (CPU) per test session.
 
-``live_server`` starts the embedded default models (xinserve-tiny-llama, all-MiniLM-L6-v2)
-once; tests that need other listeners (TLS, tokens, a draining front end) add front ends
-over the same runtime instead of starting more engines. The built-in models are cached in
+``live_server`` starts two built-in models once, named explicitly: xinserve-tiny-llama and
+all-MiniLM-L6-v2 (not the default SmolLM2 chat model: tests/smollm2/ has its own server);
+tests that need other listeners (TLS, tokens, a draining front end) add front ends over the
+same runtime instead of starting more engines. The built-in models are cached in
 ``.cache/xinserve-test`` at the repository root (override: XINSERVE_TEST_DATA_DIR).
 """
 
@@ -62,6 +63,7 @@ async def live_server(tmp_path_factory) -> AsyncIterator[LiveServer]:
     settings = load_settings(
         overrides={
             "data_dir": str(data_dir),
+            "builtin_models": [TINY, MINILM],
             "listen": {"plaintext": ["127.0.0.1:0"]},
             "metrics_listen": None,
             "admission": {"max_in_flight": 16, "max_queue": 16},
@@ -76,7 +78,7 @@ async def live_server(tmp_path_factory) -> AsyncIterator[LiveServer]:
     server = await Server.create(settings)
     if not await server.load_models():
         pytest.fail(
-            "the embedded default models did not load: "
+            "the built-in models did not load: "
             + repr({n: e.state_reason for n, e in server.runtime.models.items()})
         )
     port = next(iter(server.frontend.ports.values()))
