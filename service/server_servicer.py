@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import importlib.metadata
-import platform
 
 from service.attestation_servicer import tee_status
+from service.device_monitor import device_message, ensure_monitor
 from service.runtime import Runtime
 from service.status import not_found
 from xinserve.v1 import server_pb2, server_pb2_grpc
@@ -14,6 +15,9 @@ from xinserve.v1 import server_pb2, server_pb2_grpc
 SCHEMA_REVISION = 1
 # Oldest client revision still served correctly.
 MIN_CLIENT_REVISION = 1
+# How long GetServerInfo waits for the device inventory's first reading after start (the
+# reading itself runs in the monitor's thread, never on the request path).
+_FIRST_READING_WAIT_SECONDS = 15.0
 
 
 def server_version() -> str:
@@ -27,6 +31,7 @@ class ServerServicer(server_pb2_grpc.ServerServiceServicer):
     def __init__(self, runtime: Runtime, device: str) -> None:
         self._rt = runtime
         self._device = device
+        self._devices = ensure_monitor(device)
 
     async def GetServerInfo(self, request, context):
         ready = self._rt.ready_engines()
@@ -47,14 +52,17 @@ class ServerServicer(server_pb2_grpc.ServerServiceServicer):
             max_stop_sequences=limits.max_stop_sequences,
             max_embed_inputs=limits.max_embed_inputs,
         )
-        name = platform.processor() or platform.machine() if self._device == "cpu" else ""
+        read_at, devices = self._devices.snapshot()
+        if not read_at:  # just started: wait for the first reading (else DEGRADED "not read yet")
+            await asyncio.to_thread(self._devices.wait_first, _FIRST_READING_WAIT_SECONDS)
+            read_at, devices = self._devices.snapshot()
         return server_pb2.GetServerInfoResponse(
             server_version=server_version(),
             schema_revision=SCHEMA_REVISION,
             min_client_revision=MIN_CLIENT_REVISION,
             backend="vllm",
             backend_version=infos[0].backend_version if infos else "",
-            devices=[server_pb2.Device(kind=self._device, index=0, name=name)],
+            devices=[device_message(d, read_at) for d in devices],
             capabilities=caps,
             tee=tee_status(self._rt),
         )

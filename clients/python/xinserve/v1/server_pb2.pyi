@@ -16,22 +16,55 @@ class StructuredOutputMode(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     STRUCTURED_OUTPUT_MODE_CHOICE: _ClassVar[StructuredOutputMode]
     STRUCTURED_OUTPUT_MODE_GRAMMAR: _ClassVar[StructuredOutputMode]
     STRUCTURED_OUTPUT_MODE_JSON_OBJECT: _ClassVar[StructuredOutputMode]
+
+class DeviceHealth(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    DEVICE_HEALTH_UNSPECIFIED: _ClassVar[DeviceHealth]
+    DEVICE_HEALTH_OK: _ClassVar[DeviceHealth]
+    DEVICE_HEALTH_WARNING: _ClassVar[DeviceHealth]
+    DEVICE_HEALTH_CRITICAL: _ClassVar[DeviceHealth]
+    DEVICE_HEALTH_DEGRADED: _ClassVar[DeviceHealth]
 STRUCTURED_OUTPUT_MODE_UNSPECIFIED: StructuredOutputMode
 STRUCTURED_OUTPUT_MODE_JSON_SCHEMA: StructuredOutputMode
 STRUCTURED_OUTPUT_MODE_REGEX: StructuredOutputMode
 STRUCTURED_OUTPUT_MODE_CHOICE: StructuredOutputMode
 STRUCTURED_OUTPUT_MODE_GRAMMAR: StructuredOutputMode
 STRUCTURED_OUTPUT_MODE_JSON_OBJECT: StructuredOutputMode
+DEVICE_HEALTH_UNSPECIFIED: DeviceHealth
+DEVICE_HEALTH_OK: DeviceHealth
+DEVICE_HEALTH_WARNING: DeviceHealth
+DEVICE_HEALTH_CRITICAL: DeviceHealth
+DEVICE_HEALTH_DEGRADED: DeviceHealth
 
 class Device(_message.Message):
-    __slots__ = ("kind", "index", "name")
+    __slots__ = ("kind", "index", "name", "memory_total_bytes", "memory_used_bytes", "utilization_ratio", "temperature_celsius", "power_watts", "health", "driver_version", "firmware_version", "error", "read_at_unix_seconds")
     KIND_FIELD_NUMBER: _ClassVar[int]
     INDEX_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_TOTAL_BYTES_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_USED_BYTES_FIELD_NUMBER: _ClassVar[int]
+    UTILIZATION_RATIO_FIELD_NUMBER: _ClassVar[int]
+    TEMPERATURE_CELSIUS_FIELD_NUMBER: _ClassVar[int]
+    POWER_WATTS_FIELD_NUMBER: _ClassVar[int]
+    HEALTH_FIELD_NUMBER: _ClassVar[int]
+    DRIVER_VERSION_FIELD_NUMBER: _ClassVar[int]
+    FIRMWARE_VERSION_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    READ_AT_UNIX_SECONDS_FIELD_NUMBER: _ClassVar[int]
     kind: str
     index: int
     name: str
-    def __init__(self, kind: _Optional[str] = ..., index: _Optional[int] = ..., name: _Optional[str] = ...) -> None: ...
+    memory_total_bytes: int
+    memory_used_bytes: int
+    utilization_ratio: float
+    temperature_celsius: float
+    power_watts: float
+    health: DeviceHealth
+    driver_version: str
+    firmware_version: str
+    error: str
+    read_at_unix_seconds: float
+    def __init__(self, kind: _Optional[str] = ..., index: _Optional[int] = ..., name: _Optional[str] = ..., memory_total_bytes: _Optional[int] = ..., memory_used_bytes: _Optional[int] = ..., utilization_ratio: _Optional[float] = ..., temperature_celsius: _Optional[float] = ..., power_watts: _Optional[float] = ..., health: _Optional[_Union[DeviceHealth, str]] = ..., driver_version: _Optional[str] = ..., firmware_version: _Optional[str] = ..., error: _Optional[str] = ..., read_at_unix_seconds: _Optional[float] = ...) -> None: ...
 
 class Capabilities(_message.Message):
     __slots__ = ("structured_output_modes", "max_logprobs", "lora", "prefix_caching", "max_n", "max_stop_sequences", "max_embed_inputs")

@@ -1,0 +1,40 @@
+"""The engine-argument plan: profile < large-model rule < model < configuration, with reasons."""
+
+import pytest
+
+from engine_backends.engine_args_plan import plan_engine_args
+from engine_backends.errors import PlatformError
+from engine_backends.platforms import PROFILES
+
+
+def _plan(profile, configured, options=None, model_dir=None):
+    return {a.name: a for a in plan_engine_args(PROFILES[profile], configured, options, model_dir)}
+
+
+def test_configuration_overrides_the_profile():
+    plan = _plan("ascend", {"gpu_memory_utilization": 0.8})
+    assert plan["gpu_memory_utilization"].value == 0.8 and plan["gpu_memory_utilization"].source == "configuration"
+    assert plan["dtype"].value == "bfloat16" and "bf16" in plan["dtype"].why
+    assert plan["enforce_eager"].value is False
+
+
+def test_large_model_gets_chunked_prefill_512(tmp_path):
+    (tmp_path / "model-00001.safetensors").open("wb").truncate(70 * 10**9)  # sparse: ~35 B parameters
+    plan = _plan("cuda", {}, model_dir=tmp_path)
+    assert plan["enable_chunked_prefill"].value is True and plan["max_num_batched_tokens"].value == 512
+    assert plan["max_num_batched_tokens"].why.startswith("~35 B parameters")
+    small = tmp_path / "small"
+    small.mkdir()
+    (small / "model.safetensors").open("wb").truncate(10**9)
+    assert "max_num_batched_tokens" not in _plan("cuda", {}, model_dir=small)
+
+
+def test_model_options_sit_between_profile_and_configuration():
+    plan = _plan("cpu", {"max_num_seqs": 4}, {"max_model_len": 2048, "max_num_seqs": 8})
+    assert (plan["max_model_len"].value, plan["max_model_len"].source) == (2048, "model")
+    assert (plan["max_num_seqs"].value, plan["max_num_seqs"].source) == (4, "configuration")
+
+
+def test_quantization_without_kernel_refused_in_the_plan():
+    with pytest.raises(PlatformError, match="quantization 'awq' has no kernel on ascend"):
+        _plan("ascend", {"quantization": "awq"})
