@@ -19,9 +19,9 @@ import re
 from typing import Any
 
 import gmssl_pyx
-from asn1crypto import core, keys
+from asn1crypto import algos, core, keys
 from asn1crypto import pem as asn1_pem
-from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives import hashes, padding
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 from cryptography.hazmat.primitives.kdf.pbkdf2 import PBKDF2HMAC
 
@@ -104,44 +104,44 @@ def _check_algorithm(alg: Any) -> None:
 
 
 def parse_der_signature(signature: bytes) -> tuple[int, int]:
-    """Strictly parse a DER SM2 signature into (r, s); raise :class:`InvalidSignature` otherwise."""
+    """Strictly parse a DER SM2 signature into (r, s); raise :class:`InvalidSignature` otherwise.
+
+    asn1crypto's ``DSASignature`` (``SEQUENCE { INTEGER r, INTEGER s }``), loaded strictly and
+    re-encoded: anything but the one canonical DER encoding (long-form lengths, non-minimal or
+    negative integers, trailing bytes) is refused, and ``1 <= r, s < n``.
+    """
     if not isinstance(signature, bytes | bytearray) or len(signature) < 8 or len(signature) > 129:
         raise InvalidSignature("signature is not DER SEQUENCE { r, s }")
     sig = bytes(signature)
-    if sig[0] != 0x30 or sig[1] >= 0x80 or sig[1] + 2 != len(sig):
-        raise InvalidSignature("signature is not DER SEQUENCE { r, s } (or has trailing bytes)")
-    pos = 2
-    values = []
-    for _ in range(2):
-        if pos + 2 > len(sig) or sig[pos] != 0x02 or sig[pos + 1] >= 0x80:
-            raise InvalidSignature("signature component is not a DER INTEGER")
-        ln = sig[pos + 1]
-        body = sig[pos + 2 : pos + 2 + ln]
-        if ln == 0 or len(body) != ln or ln > 33:
-            raise InvalidSignature("signature component has a bad length")
-        if body[0] & 0x80:
-            raise InvalidSignature("signature component is negative")
-        if ln > 1 and body[0] == 0 and not body[1] & 0x80:
-            raise InvalidSignature("signature component is not minimally encoded")
-        values.append(int.from_bytes(body, "big"))
-        pos += 2 + ln
-    if pos != len(sig):
-        raise InvalidSignature("trailing bytes inside the signature")
-    r, s = values
+    try:
+        value = algos.DSASignature.load(sig, strict=True)
+        r, s = value["r"].native, value["s"].native
+        canonical = value.dump(force=True) == sig
+    except ValueError as exc:
+        if sig[:1] == b"\x30" and str(exc).startswith("Extra data"):
+            raise InvalidSignature("trailing bytes after the signature") from None
+        if sig[:1] == b"\x30" and str(exc).startswith("Insufficient data"):
+            raise InvalidSignature(
+                "the lengths in the signature's SEQUENCE { r, s } disagree with its bytes (truncated, or trailing "
+                "bytes inside)"
+            ) from None
+        raise InvalidSignature("signature is not DER SEQUENCE { r, s }") from None
+    except Exception:
+        raise InvalidSignature("signature is not DER SEQUENCE { r, s }") from None
+    if not (isinstance(r, int) and isinstance(s, int)):
+        raise InvalidSignature("signature is not DER SEQUENCE { r, s }")
+    if r < 0 or s < 0:
+        raise InvalidSignature("signature component is negative")
+    if not canonical:
+        raise InvalidSignature("signature is not the minimal DER of SEQUENCE { r, s } (a length or an integer)")
     if not (1 <= r < _N and 1 <= s < _N):
         raise InvalidSignature("signature component out of range")
     return r, s
 
 
 def encode_der_signature(r: int, s: int) -> bytes:
-    """DER ``SEQUENCE { INTEGER r, INTEGER s }``."""
-
-    def integer(v: int) -> bytes:
-        body = v.to_bytes(max(1, (v.bit_length() + 8) // 8), "big")
-        return b"\x02" + bytes([len(body)]) + body
-
-    inner = integer(r) + integer(s)
-    return b"\x30" + bytes([len(inner)]) + inner
+    """DER ``SEQUENCE { INTEGER r, INTEGER s }`` (asn1crypto ``DSASignature``)."""
+    return bytes(algos.DSASignature({"r": r, "s": s}).dump())
 
 
 class Sm2PublicKey:
@@ -352,115 +352,103 @@ class Sm2PrivateKey:
 
 # --- PKCS#8 encryption (PBES2) ---------------------------------------------------------------
 
+# asn1crypto knows PBES2 and PBKDF2; teach it the SM4-CBC cipher and the HMAC-SM3 PRF OIDs.
+if OID_SM4_CBC not in algos.EncryptionAlgorithmId._map:
+    algos.EncryptionAlgorithmId._map[OID_SM4_CBC] = "sm4_cbc"
+    algos.EncryptionAlgorithmId._reverse_map = None
+    algos.EncryptionAlgorithm._oid_specs["sm4_cbc"] = core.OctetString
+if OID_HMAC_SM3 not in algos.HmacAlgorithmId._map:
+    algos.HmacAlgorithmId._map[OID_HMAC_SM3] = "sm3"
+    algos.HmacAlgorithmId._reverse_map = None
+
 _PRFS: dict[str, hashes.HashAlgorithm] = {
-    OID_HMAC_SM3: hashes.SM3(),
-    "1.2.840.113549.2.9": hashes.SHA256(),
-    "1.2.840.113549.2.11": hashes.SHA512(),
+    "sm3": hashes.SM3(),
+    "sha256": hashes.SHA256(),
+    "sha512": hashes.SHA512(),
 }
 _CIPHERS: dict[str, tuple[type, int]] = {
-    OID_SM4_CBC: (algorithms.SM4, 16),
-    "2.16.840.1.101.3.4.1.42": (algorithms.AES, 32),  # aes256-CBC
-    "2.16.840.1.101.3.4.1.2": (algorithms.AES, 16),  # aes128-CBC
+    "sm4_cbc": (algorithms.SM4, 16),
+    "aes256_cbc": (algorithms.AES, 32),
+    "aes128_cbc": (algorithms.AES, 16),
 }
-
-
-class _AlgId(core.Sequence):
-    _fields = [  # noqa: RUF012
-        ("algorithm", core.ObjectIdentifier),
-        ("parameters", core.Any, {"optional": True}),
-    ]
-
-
-class _Pbkdf2Params(core.Sequence):
-    _fields = [  # noqa: RUF012 - asn1crypto's declaration style
-        ("salt", core.OctetString),
-        ("iteration_count", core.Integer),
-        ("key_length", core.Integer, {"optional": True}),
-        ("prf", _AlgId, {"optional": True}),
-    ]
-
-
-class _Pbes2Params(core.Sequence):
-    _fields = [  # noqa: RUF012
-        ("key_derivation_func", _AlgId),
-        ("encryption_scheme", _AlgId),
-    ]
-
-
-class _EncryptedPrivateKeyInfo(core.Sequence):
-    _fields = [  # noqa: RUF012
-        ("encryption_algorithm", _AlgId),
-        ("encrypted_data", core.OctetString),
-    ]
-
-
-_OID_PBES2 = "1.2.840.113549.1.5.13"
-_OID_PBKDF2 = "1.2.840.113549.1.5.12"
-_OID_HMAC_SHA256 = "1.2.840.113549.2.9"
 
 
 def _pkcs8_encrypt(der: bytes, password: bytes, iterations: int) -> bytes:
+    """PKCS#8 ``EncryptedPrivateKeyInfo``: PBES2 (RFC 8018) with PBKDF2-HMAC-SHA256 and SM4-CBC."""
     salt, iv = os.urandom(16), os.urandom(16)
     key = PBKDF2HMAC(hashes.SHA256(), 16, salt, iterations).derive(password)
-    pad = 16 - len(der) % 16
+    padder = padding.PKCS7(128).padder()
     enc = Cipher(algorithms.SM4(key), modes.CBC(iv)).encryptor()
-    ct = enc.update(der + bytes([pad]) * pad) + enc.finalize()
-    kdf = _Pbkdf2Params(
+    ct = enc.update(padder.update(der) + padder.finalize()) + enc.finalize()
+    kdf = algos.KdfAlgorithm(
         {
-            "salt": salt,
-            "iteration_count": iterations,
-            "prf": _AlgId({"algorithm": _OID_HMAC_SHA256, "parameters": core.Null()}),
+            "algorithm": "pbkdf2",
+            "parameters": algos.Pbkdf2Params(
+                {
+                    "salt": algos.Pbkdf2Salt(name="specified", value=core.OctetString(salt)),
+                    "iteration_count": iterations,
+                    "prf": algos.HmacAlgorithm({"algorithm": "sha256", "parameters": core.Null()}),
+                }
+            ),
         }
     )
-    scheme = _Pbes2Params(
+    scheme = algos.EncryptionAlgorithm({"algorithm": "sm4_cbc", "parameters": core.OctetString(iv)})
+    info = keys.EncryptedPrivateKeyInfo(
         {
-            "key_derivation_func": _AlgId({"algorithm": _OID_PBKDF2, "parameters": kdf}),
-            "encryption_scheme": _AlgId({"algorithm": OID_SM4_CBC, "parameters": core.OctetString(iv)}),
-        }
-    )
-    return _EncryptedPrivateKeyInfo(
-        {
-            "encryption_algorithm": _AlgId({"algorithm": _OID_PBES2, "parameters": scheme}),
+            "encryption_algorithm": algos.EncryptionAlgorithm(
+                {
+                    "algorithm": "pbes2",
+                    "parameters": algos.Pbes2Params({"key_derivation_func": kdf, "encryption_scheme": scheme}),
+                }
+            ),
             "encrypted_data": ct,
         }
-    ).dump()
+    )
+    return bytes(info.dump())
 
 
 def _pkcs8_decrypt(der: bytes, password: bytes) -> bytes:
+    """Decrypt a PBES2 ``EncryptedPrivateKeyInfo`` (PBKDF2 with HMAC-SM3/SHA-256/SHA-512;
+    SM4-CBC or AES-128/256-CBC); ``KeyFormatError`` for anything else or a wrong password."""
     try:
-        info = _EncryptedPrivateKeyInfo.load(bytes(der), strict=True)
-        if info["encryption_algorithm"]["algorithm"].dotted != _OID_PBES2:
+        info = keys.EncryptedPrivateKeyInfo.load(bytes(der), strict=True)
+        alg = info["encryption_algorithm"]
+        if alg["algorithm"].native != "pbes2":
             raise KeyFormatError("only PBES2-encrypted private keys are supported")
-        pbes2 = _Pbes2Params.load(info["encryption_algorithm"]["parameters"].dump(), strict=True)
+        pbes2 = alg["parameters"]
         kdf_alg = pbes2["key_derivation_func"]
-        if kdf_alg["algorithm"].dotted != _OID_PBKDF2:
+        if kdf_alg["algorithm"].native != "pbkdf2":
             raise KeyFormatError("only PBKDF2 key derivation is supported")
-        kdf = _Pbkdf2Params.load(kdf_alg["parameters"].dump(), strict=True)
-        prf_oid = kdf["prf"]["algorithm"].dotted if kdf["prf"].native is not None else "1.2.840.113549.2.7"
-        if prf_oid not in _PRFS:
-            raise KeyFormatError(f"unsupported PBKDF2 PRF {prf_oid}")
+        kdf = kdf_alg["parameters"]
+        if kdf["salt"].name != "specified":
+            raise KeyFormatError("only a specified PBKDF2 salt is supported")
+        prf = kdf["prf"]["algorithm"].native
+        if prf not in _PRFS:
+            raise KeyFormatError(f"unsupported PBKDF2 PRF {kdf['prf']['algorithm'].dotted}")
         scheme = pbes2["encryption_scheme"]
-        cipher_oid = scheme["algorithm"].dotted
-        if cipher_oid not in _CIPHERS:
-            raise KeyFormatError(f"unsupported PKCS#8 cipher {cipher_oid}")
-        cipher_cls, key_len = _CIPHERS[cipher_oid]
-        iv = core.OctetString.load(scheme["parameters"].dump(), strict=True).native
+        cipher_name = scheme["algorithm"].native
+        if cipher_name not in _CIPHERS:
+            raise KeyFormatError(f"unsupported PKCS#8 cipher {scheme['algorithm'].dotted}")
+        cipher_cls, key_len = _CIPHERS[cipher_name]
+        iv = scheme["parameters"].native
         iterations = kdf["iteration_count"].native
-        salt = kdf["salt"].native
+        salt = kdf["salt"].chosen.native
         ct = info["encrypted_data"].native
     except KeyFormatError:
         raise
     except Exception:
         raise KeyFormatError("malformed encrypted PKCS#8 private key") from None
-    if not 1 <= iterations <= _MAX_KDF_ITERATIONS or len(iv) != 16 or not ct or len(ct) % 16:
+    if not isinstance(iv, bytes) or not 1 <= iterations <= _MAX_KDF_ITERATIONS or len(iv) != 16:
         raise KeyFormatError("encrypted PKCS#8 parameters out of range")
-    key = PBKDF2HMAC(_PRFS[prf_oid], key_len, salt, iterations).derive(password)
+    if not ct or len(ct) % 16:
+        raise KeyFormatError("encrypted PKCS#8 parameters out of range")
+    key = PBKDF2HMAC(_PRFS[prf], key_len, salt, iterations).derive(password)
     dec = Cipher(cipher_cls(key), modes.CBC(iv)).decryptor()
-    pt = dec.update(ct) + dec.finalize()
-    pad = pt[-1]
-    if not 1 <= pad <= 16 or pt[-pad:] != bytes([pad]) * pad:
-        raise KeyFormatError("wrong password for the private key (or the key file is corrupt)")
-    return pt[:-pad]
+    unpadder = padding.PKCS7(128).unpadder()
+    try:
+        return unpadder.update(dec.update(ct) + dec.finalize()) + unpadder.finalize()
+    except ValueError:
+        raise KeyFormatError("wrong password for the private key (or the key file is corrupt)") from None
 
 
 def load_password(spec: str) -> bytes:
