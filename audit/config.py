@@ -56,6 +56,8 @@ class SyslogSettings(BaseModel):
     shipping events, then the oldest records (then checkpoints) are dropped, counted and recorded."""
     retry_interval_s: float = Field(default=2.0, gt=0)
     connect_timeout_s: float = Field(default=5.0, gt=0)
+    flush_timeout_s: float = Field(default=10.0, ge=0)
+    """At close, how long to wait for buffered messages (the closing checkpoint) to be sent."""
     app_name: str = Field(default="xinserve", min_length=1, max_length=48, pattern=r"^[!-~]+$")
     facility: int = Field(default=13, ge=0, le=23)
     """RFC 5424 facility; 13 is *log audit*."""

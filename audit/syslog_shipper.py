@@ -191,10 +191,12 @@ class SyslogShipper:
             await asyncio.sleep(0.02)
         return not self._buffer
 
-    async def close(self, timeout_s: float = 5.0) -> None:
-        """Send what is buffered (up to ``timeout_s``), then stop."""
+    async def close(self, timeout_s: float | None = None) -> None:
+        """Send what is buffered (up to ``timeout_s``, default ``flush_timeout_s``), then stop."""
         if self._task is None:
             return
+        if timeout_s is None:
+            timeout_s = self.settings.flush_timeout_s
         if self._up or self._buffer:
             await self.flush(timeout_s)
         self._task.cancel()
