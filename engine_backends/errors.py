@@ -30,6 +30,11 @@ class EngineUnavailableError(EngineError):
     """The engine is not running (starting, stopped or dead; maps to UNAVAILABLE)."""
 
 
+class EngineDeadError(EngineUnavailableError):
+    """The engine died (its process exited or it errored) and will not serve again in this
+    process (maps to UNAVAILABLE without a retry hint: retrying here cannot succeed)."""
+
+
 class EngineFailureError(EngineError):
     """The engine failed the request for a reason that is not the client's (maps to INTERNAL)."""
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import enum
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Literal, Protocol
 
 ModelKind = Literal["generate", "embed"]
@@ -153,6 +154,10 @@ class Engine(Protocol):
 
     @property
     def info(self) -> ModelInfo: ...
+
+    def use_files(self, model_path: Path, lora_adapters: Mapping[str, Path]) -> None:
+        """Before ``start``: load the model from ``model_path`` and serve exactly the LoRA
+        adapters in ``lora_adapters`` (name -> directory), e.g. verified private copies."""
 
     async def start(self) -> None:
         """Load the model and start the engine. Raises EngineFailureError or PlatformError."""

@@ -33,6 +33,7 @@ __all__ = [
     "StatLoggerBase",
     "VLLMClientError",
     "build_engine",
+    "engine_process_ids",
     "engine_version",
     "finish_reason",
     "make_pooling_params",
@@ -158,6 +159,14 @@ def build_engine(
         **options,
     )
     return AsyncLLM.from_engine_args(args, stat_loggers=[stat_logger, _SharedPrometheusStatLogger])
+
+
+def engine_process_ids(llm: AsyncLLM) -> list[int]:
+    """Process ids of the engine-core processes vLLM started for ``llm`` (its
+    ``CoreEngineProcManager``); empty for an in-process engine core."""
+    resources = getattr(getattr(llm, "engine_core", None), "resources", None)
+    manager = getattr(resources, "engine_manager", None)
+    return [p.pid for p in getattr(manager, "processes", ()) if p.pid is not None]
 
 
 def model_sampling_defaults(llm: AsyncLLM) -> dict[str, Any]:

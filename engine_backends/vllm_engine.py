@@ -16,6 +16,7 @@ from typing import Any
 
 from engine_backends import vllm_compat as vc
 from engine_backends.errors import (
+    EngineDeadError,
     EngineFailureError,
     EngineUnavailableError,
     InvalidRequestError,
@@ -112,6 +113,16 @@ class VllmEngine:
 
     # -- lifecycle ---------------------------------------------------------------------
 
+    def use_files(self, model_path: Path, lora_adapters: Mapping[str, Path]) -> None:
+        """Before ``start``: load ``model_path`` and serve exactly ``lora_adapters`` (vLLM
+        reads an adapter's files when a request first names it, so these must stay as they are)."""
+        if self._llm is not None:
+            raise RuntimeError("use_files() must be called before start()")
+        self._path = model_path
+        self._loras = dict(lora_adapters)
+        if self._loras:
+            self._options.setdefault("enable_lora", True)
+
     @property
     def info(self) -> ModelInfo:
         if self._info is None:
@@ -158,11 +169,17 @@ class VllmEngine:
             vc.release_engine_metrics(self._name)
 
     async def check_health(self) -> None:
+        """Raise EngineDeadError once vLLM reports its engine dead (``AsyncLLM.check_health``:
+        the engine-core process exited, or the output handler stopped)."""
         llm = self._require()
         try:
             await llm.check_health()
         except Exception as exc:
-            raise EngineUnavailableError(f"model {self._name!r}: engine is not healthy") from exc
+            raise EngineDeadError(f"model {self._name!r}: the engine is dead") from exc
+
+    def process_ids(self) -> list[int]:
+        """Process ids of this engine's vLLM engine-core processes (empty when not running)."""
+        return vc.engine_process_ids(self._llm) if self._llm is not None else []
 
     def load(self) -> EngineLoad:
         active = sum(1 for c in self._active.values() if c)
@@ -174,8 +191,10 @@ class VllmEngine:
 
     def _require(self) -> vc.AsyncLLM:
         llm = self._llm
-        if llm is None or llm.errored:
+        if llm is None:
             raise EngineUnavailableError(f"model {self._name!r} is not running")
+        if llm.errored:
+            raise EngineDeadError(f"model {self._name!r}: the engine is dead")
         return llm
 
     # -- tokenizer ---------------------------------------------------------------------
@@ -324,7 +343,7 @@ class VllmEngine:
         except client_errors as exc:
             raise rejected from exc
         except vc.EngineDeadError as exc:
-            raise EngineUnavailableError(f"model {self._name!r}: engine died") from exc
+            raise EngineDeadError(f"model {self._name!r}: the engine died") from exc
         except vc.EngineGenerateError as exc:
             raise EngineFailureError("the engine failed this request") from exc
         finally:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -52,8 +52,43 @@ class Verification(enum.Enum):
 
 
 @dataclass
+class AdapterEntry:
+    """A LoRA adapter configured for a model, verified like a model before it may be used.
+
+    ``load_path`` is the directory the engine loads (the verified private copy), set only
+    when the adapter may be served. ``verification_reason`` is the trust reason code
+    (``unsigned``, ``file_modified`` ...) when verification failed.
+    """
+
+    name: str
+    path: Path
+    verification: Verification = Verification.NOT_CHECKED
+    verification_reason: str = ""
+    verification_detail: str = ""
+    manifest_digest: str = ""
+    load_path: Path | None = None
+
+    @property
+    def servable(self) -> bool:
+        return self.load_path is not None
+
+    def audit_detail(self) -> dict[str, str | int | bool]:
+        """What a call's audit record carries about the adapter it used."""
+        out: dict[str, str | int | bool] = {"lora_adapter": self.name, "lora_verification": self.verification.value}
+        if self.manifest_digest:
+            out["lora_manifest_digest"] = self.manifest_digest
+        return out
+
+
+@dataclass
 class ModelEntry:
-    """A configured model and where it is in its life."""
+    """A configured model and where it is in its life.
+
+    ``state_reason`` is safe for any caller (no server path, no exception text);
+    ``reason_code`` is its machine-readable code and ``state_detail`` the operator's detail
+    (admin and auditor roles, and the log). ``load_path`` is what the engine loads: the
+    verified private copy, or ``path`` itself when an unverified model is allowed.
+    """
 
     name: str
     kind: ModelKind
@@ -64,6 +99,11 @@ class ModelEntry:
     verification: Verification = Verification.NOT_CHECKED
     verification_detail: str = ""
     manifest_digest: str = ""
+    reason_code: str = ""
+    state_detail: str = ""
+    verification_reason: str = ""
+    load_path: Path | None = None
+    adapters: dict[str, AdapterEntry] = field(default_factory=dict)
 
 
 class Runtime:
@@ -101,6 +141,10 @@ class Runtime:
         for servicer in self._health:
             await servicer.set(name, status)
 
+    def health_status(self, name: str = OVERALL) -> int | None:
+        """The ``grpc.health.v1`` status last pushed for ``name`` (None if never set)."""
+        return self._status.get(name)
+
     async def set_serving(self, serving: bool) -> None:
         status = health_pb2.HealthCheckResponse.SERVING if serving else health_pb2.HealthCheckResponse.NOT_SERVING
         await self._set(OVERALL, status)
@@ -111,9 +155,15 @@ class Runtime:
     def add_model(self, entry: ModelEntry) -> None:
         self.models[entry.name] = entry
 
-    async def mark(self, entry: ModelEntry, state: ModelState, reason: str = "") -> None:
+    async def mark(
+        self, entry: ModelEntry, state: ModelState, reason: str = "", code: str = "", detail: str = ""
+    ) -> None:
+        """Move ``entry`` to ``state`` and push its health status. ``reason`` must be safe for
+        any caller; ``code`` is its machine-readable form; ``detail`` is for operators only."""
         entry.state = state
         entry.state_reason = reason
+        entry.reason_code = code
+        entry.state_detail = detail
         status = (
             health_pb2.HealthCheckResponse.SERVING
             if state is ModelState.READY
@@ -135,7 +185,7 @@ class Runtime:
             await entry.engine.start()
         except EngineError as exc:
             log.error("model_load_failed", model=entry.name, reason=str(exc))
-            await self.mark(entry, ModelState.FAILED, str(exc))
+            await self.mark(entry, ModelState.FAILED, str(exc), "load_failed", str(exc))
             await self.audit_event(EventType.MODEL_LOADED, "FAILED_PRECONDITION", model=entry.name, reason=str(exc))
             return
         log.info("model_loaded", model=entry.name, kind=entry.kind)
@@ -172,6 +222,34 @@ class Runtime:
                 "WRONG_MODEL_KIND",
             )
         return entry.engine
+
+    def adapter_for(self, model: str, lora_name: str | None) -> AdapterEntry | None:
+        """The adapter a request names for ``model`` (None when it names none).
+
+        Raises:
+            RpcError: NOT_FOUND (not configured for the model), FAILED_PRECONDITION (its
+                verification failed: it is never loaded).
+        """
+        if not lora_name:
+            return None
+        entry = self.models.get(model)
+        adapter = entry.adapters.get(lora_name) if entry is not None else None
+        if adapter is None:
+            raise RpcError(
+                grpc.StatusCode.NOT_FOUND,
+                f"LoRA adapter {lora_name!r} is not configured for model {model!r}",
+                "LORA_NOT_FOUND",
+                metadata={"lora_adapter": lora_name[:128]},
+            )
+        if not adapter.servable:
+            raise RpcError(
+                grpc.StatusCode.FAILED_PRECONDITION,
+                f"LoRA adapter {lora_name!r} cannot be used: signature verification failed "
+                f"({adapter.verification_reason or 'not verified'})",
+                "LORA_NOT_SERVABLE",
+                metadata={"lora_adapter": lora_name[:128], "reason": adapter.verification_reason},
+            )
+        return adapter
 
     def ready_engines(self) -> list[tuple[str, Engine]]:
         return [

@@ -17,6 +17,7 @@ from google.rpc import code_pb2, error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
 from engine_backends.errors import (
+    EngineDeadError,
     EngineError,
     EngineFailureError,
     EngineUnavailableError,
@@ -106,6 +107,8 @@ def from_engine_error(exc: EngineError) -> RpcError:
         return invalid_argument([FieldViolation(exc.field, exc.description)])
     if isinstance(exc, UnknownLoraError):
         return RpcError(grpc.StatusCode.NOT_FOUND, str(exc), "LORA_NOT_FOUND")
+    if isinstance(exc, EngineDeadError):
+        return RpcError(grpc.StatusCode.UNAVAILABLE, str(exc), "ENGINE_DIED")
     if isinstance(exc, EngineUnavailableError):
         return RpcError(grpc.StatusCode.UNAVAILABLE, str(exc), "ENGINE_UNAVAILABLE", retry_after_s=1.0)
     if isinstance(exc, EngineFailureError):

@@ -203,6 +203,78 @@ def parse_model_statement(payload: bytes) -> tuple[str, str, list[FileEntry], li
     return subj[0]["name"], subj[0]["digest"]["sm3"], entries, ignore
 
 
+@dataclass(frozen=True)
+class SignedManifest:
+    """A model signature that verified (envelope, key trust, statement), before any file is read.
+
+    ``digest`` is the hex SM3 of the manifest; ``entries`` the signed files in canonical order;
+    ``ignore`` the effective ignore patterns (the signature file included).
+    """
+
+    model_name: str
+    digest: str
+    entries: list[FileEntry]
+    ignore: list[str]
+    key_id: str
+    key_name: str
+
+    def verification(self) -> ModelVerification:
+        """The :class:`ModelVerification` this manifest proves once every file matched it."""
+        return ModelVerification(
+            model_name=self.model_name,
+            manifest_digest=f"sm3:{self.digest}",
+            key_id=self.key_id,
+            key_name=self.key_name,
+            files=len(self.entries),
+            total_bytes=sum(e.size for e in self.entries),
+        )
+
+
+def read_signed_manifest(
+    model_dir: str | os.PathLike[str],
+    trust_store: TrustStore,
+    model_name: str | None = None,
+    *,
+    now: datetime | None = None,
+) -> SignedManifest:
+    """Verify ``model_dir``'s envelope, its signer's trust and its statement (no file is hashed).
+
+    Raises VerificationError(reason, detail): unsigned, malformed_envelope, bad_signature,
+    untrusted_key, revoked_key, key_expired, malformed_statement, subject_mismatch,
+    empty_manifest, manifest_digest_mismatch, io_error.
+    """
+    root = Path(model_dir)
+    if not root.is_dir():
+        raise VerificationError(Reason.IO_ERROR, f"{root} is not a directory")
+    envelope = parse_envelope(_read_envelope(root))
+    key = verify_envelope(envelope, trust_store, INTOTO_PAYLOAD_TYPE, now)
+    name, digest, entries, ignore = parse_model_statement(envelope.payload)
+    if model_name is not None and name != model_name:
+        raise VerificationError(Reason.SUBJECT_MISMATCH, f"signed for model {name[:80]!r}, not {model_name!r}")
+    if not entries:
+        raise VerificationError(Reason.EMPTY_MANIFEST, "the signed manifest lists no file")
+    if manifest_digest(entries) != digest:
+        raise VerificationError(Reason.MANIFEST_DIGEST_MISMATCH, "subject digest is not SM3 of the manifest")
+    return SignedManifest(name, digest, entries, ignore, key.key_id, key.name)
+
+
+def check_listing(model_dir: str | os.PathLike[str], signed: SignedManifest) -> dict[str, DiskFile]:
+    """The directory's files (after the signed ignore rules), which must be exactly the signed
+    ones with the signed sizes; name -> file.
+
+    Raises VerificationError: file_missing, file_added, file_renamed, case_mismatch,
+    file_size_changed, and scan's path_escape, unsupported_file, invalid_path, io_error.
+    """
+    on_disk = {f.name: f for f in scan(Path(model_dir), signed.ignore)}
+    _compare_listing({e.name: e for e in signed.entries}, on_disk)
+    for e in signed.entries:
+        if on_disk[e.name].size != e.size:
+            raise VerificationError(
+                Reason.FILE_SIZE_CHANGED, f"{e.name}: {on_disk[e.name].size} bytes, signed {e.size}"
+            )
+    return on_disk
+
+
 def verify_model(
     model_dir: str | os.PathLike[str],
     trust_store: TrustStore,
@@ -218,26 +290,9 @@ def verify_model(
     Blocking (hashes every byte): call it from a worker thread in async code. ``on_total(n)`` is
     called once with the number of bytes about to be hashed (to size a progress bar).
     """
-    root = Path(model_dir)
-    if not root.is_dir():
-        raise VerificationError(Reason.IO_ERROR, f"{root} is not a directory")
-    envelope = parse_envelope(_read_envelope(root))
-    key = verify_envelope(envelope, trust_store, INTOTO_PAYLOAD_TYPE, now)
-    name, digest, entries, ignore = parse_model_statement(envelope.payload)
-    if model_name is not None and name != model_name:
-        raise VerificationError(Reason.SUBJECT_MISMATCH, f"signed for model {name[:80]!r}, not {model_name!r}")
-    if not entries:
-        raise VerificationError(Reason.EMPTY_MANIFEST, "the signed manifest lists no file")
-    if manifest_digest(entries) != digest:
-        raise VerificationError(Reason.MANIFEST_DIGEST_MISMATCH, "subject digest is not SM3 of the manifest")
-    on_disk = {f.name: f for f in scan(root, ignore)}
-    expected = {e.name: e for e in entries}
-    _compare_listing(expected, on_disk)
-    for e in entries:
-        if on_disk[e.name].size != e.size:
-            raise VerificationError(
-                Reason.FILE_SIZE_CHANGED, f"{e.name}: {on_disk[e.name].size} bytes, signed {e.size}"
-            )
+    signed = read_signed_manifest(model_dir, trust_store, model_name, now=now)
+    on_disk = check_listing(model_dir, signed)
+    entries = signed.entries
     if on_total is not None:
         on_total(sum(e.size for e in entries))
     hashed = hash_files([on_disk[e.name] for e in entries], jobs, progress)
@@ -247,14 +302,7 @@ def verify_model(
             raise VerificationError(Reason.FILE_SIZE_CHANGED, f"{e.name} changed size while being verified")
         if got_digest != e.digest:
             raise VerificationError(Reason.FILE_MODIFIED, f"{e.name}: SM3 differs from the signed manifest")
-    return ModelVerification(
-        model_name=name,
-        manifest_digest=f"sm3:{digest}",
-        key_id=key.key_id,
-        key_name=key.name,
-        files=len(entries),
-        total_bytes=sum(e.size for e in entries),
-    )
+    return signed.verification()
 
 
 def _compare_listing(expected: dict[str, FileEntry], on_disk: dict[str, DiskFile]) -> None:
@@ -283,7 +331,10 @@ __all__ = [
     "MODEL_PREDICATE_TYPE",
     "SIGNATURE_FILENAME",
     "ModelVerification",
+    "SignedManifest",
     "canonical_json",
+    "check_listing",
+    "read_signed_manifest",
     "sign_model",
     "verify_model",
     "verify_model_async",

@@ -11,8 +11,9 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from service.app import Server, StartupRefused, verify_entry, verify_running_image
+from service.app import Server, StartupRefused, verify_running_image
 from service.config import load_settings
+from service.model_verification import verify_entry
 from service.runtime import ModelEntry, ModelState, Verification
 from tests.conftest import MINILM, REPO, TINY
 from tests.server.stubs import stubs
@@ -53,42 +54,46 @@ async def test_builtin_models_are_verified_by_default(api):
 
 
 @ASYNC
-async def test_signed_model_verifies_and_tampered_model_is_refused(model_copy, signer):
+async def test_signed_model_verifies_and_tampered_model_is_refused(model_copy, signer, tmp_path):
     key, store_dir = signer
     store = TrustStore.load(store_dir)
     sign_model(model_copy, key, "mine")
     ok = ModelEntry("mine", "generate", model_copy)
-    assert await verify_entry(ok, store, allow_unsigned=False)
+    assert await verify_entry(ok, store, False, tmp_path / "copies")
     assert ok.verification is Verification.VERIFIED
     assert ok.manifest_digest.startswith("sm3:")
+    assert ok.load_path == tmp_path / "copies" / "mine" / "model"
+    assert (ok.load_path / "model.safetensors").read_bytes() == (model_copy / "model.safetensors").read_bytes()
 
     weights = model_copy / "model.safetensors"
     data = bytearray(weights.read_bytes())
     data[len(data) // 2] ^= 0x01
     weights.write_bytes(bytes(data))
     bad = ModelEntry("mine", "generate", model_copy)
-    assert not await verify_entry(bad, store, allow_unsigned=False)
+    assert not await verify_entry(bad, store, False, tmp_path / "copies")
     assert bad.verification is Verification.FAILED
     assert bad.state is ModelState.FAILED
-    assert "file_modified" in bad.state_reason and "model.safetensors" in bad.state_reason
+    assert bad.verification_reason == "file_modified" and "file_modified" in bad.state_reason
+    assert "model.safetensors" in bad.state_detail and "model.safetensors" not in bad.state_reason
+    assert bad.load_path is None and not (tmp_path / "copies" / "mine" / "model").exists()
 
 
 @ASYNC
-async def test_unsigned_model_refused_unless_allowed(model_copy, signer):
+async def test_unsigned_model_refused_unless_allowed(model_copy, signer, tmp_path):
     store = TrustStore.load(signer[1])
     entry = ModelEntry("plain", "generate", model_copy)
-    assert not await verify_entry(entry, store, allow_unsigned=False)
+    assert not await verify_entry(entry, store, False, tmp_path / "copies")
     assert "unsigned" in entry.verification_detail
     allowed = ModelEntry("plain", "generate", model_copy)
-    assert await verify_entry(allowed, store, allow_unsigned=True)
+    assert await verify_entry(allowed, store, True, tmp_path / "copies")
     assert allowed.verification is Verification.UNSIGNED_ALLOWED
 
 
 @ASYNC
-async def test_model_signed_by_untrusted_key_is_refused(model_copy, signer):
+async def test_model_signed_by_untrusted_key_is_refused(model_copy, signer, tmp_path):
     sign_model(model_copy, Sm2PrivateKey.generate(), "mine")
     entry = ModelEntry("mine", "generate", model_copy)
-    assert not await verify_entry(entry, TrustStore.load(signer[1]), allow_unsigned=False)
+    assert not await verify_entry(entry, TrustStore.load(signer[1]), False, tmp_path / "copies")
     assert "untrusted_key" in entry.verification_detail
 
 
@@ -116,7 +121,12 @@ async def test_failed_model_is_not_served_and_getmodel_says_why(live_server, mod
             model = (await stubs(channel).models.GetModel(model_pb2.GetModelRequest(name="tampered"))).model
             assert model.state == model_pb2.MODEL_STATE_FAILED
             assert model.verification_status == model_pb2.VERIFICATION_STATUS_FAILED
-            assert "file_added" in model.state_reason and "extra.bin" in model.state_reason
+            assert model.state_reason_code == "verification_failed"
+            assert model.verification_reason_code == "file_added" and "file_added" in model.state_reason
+            # An ordinary caller gets no file name, path or parser text.
+            assert "extra.bin" not in model.state_reason and "extra.bin" not in model.verification_detail
+            assert str(model_copy) not in model.state_reason + model.verification_detail
+            assert "extra.bin" in entry.state_detail  # the operator's detail (log, admin, auditor)
             health = health_pb2_grpc.HealthStub(channel)
             status = await health.Check(health_pb2.HealthCheckRequest(service="xinserve.v1.InferenceService/tampered"))
             assert status.status == health_pb2.HealthCheckResponse.NOT_SERVING

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17xinserve/v1/model.proto\x12\x0bxinserve.v1\"\xd0\x02\n\x05Model\x12\x0c\n\x04name\x18\x01 \x01(\t\x12$\n\x04kind\x18\x02 \x01(\x0e\x32\x16.xinserve.v1.ModelKind\x12\x1a\n\x12max_context_length\x18\x03 \x01(\r\x12\r\n\x05\x64type\x18\x04 \x01(\t\x12\x0f\n\x07\x62\x61\x63kend\x18\x05 \x01(\t\x12\x0e\n\x06\x64\x65vice\x18\x06 \x01(\t\x12&\n\x05state\x18\x07 \x01(\x0e\x32\x17.xinserve.v1.ModelState\x12\x14\n\x0cstate_reason\x18\x08 \x01(\t\x12<\n\x13verification_status\x18\t \x01(\x0e\x32\x1f.xinserve.v1.VerificationStatus\x12\x17\n\x0fmanifest_digest\x18\n \x01(\t\x12\x1b\n\x13verification_detail\x18\x0b \x01(\t\x12\x15\n\rlora_adapters\x18\x0c \x03(\t\"\x13\n\x11ListModelsRequest\"8\n\x12ListModelsResponse\x12\"\n\x06models\x18\x01 \x03(\x0b\x32\x12.xinserve.v1.Model\"\x1f\n\x0fGetModelRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"5\n\x10GetModelResponse\x12!\n\x05model\x18\x01 \x01(\x0b\x32\x12.xinserve.v1.Model*V\n\tModelKind\x12\x1a\n\x16MODEL_KIND_UNSPECIFIED\x10\x00\x12\x17\n\x13MODEL_KIND_GENERATE\x10\x01\x12\x14\n\x10MODEL_KIND_EMBED\x10\x02*q\n\nModelState\x12\x1b\n\x17MODEL_STATE_UNSPECIFIED\x10\x00\x12\x17\n\x13MODEL_STATE_LOADING\x10\x01\x12\x15\n\x11MODEL_STATE_READY\x10\x02\x12\x16\n\x12MODEL_STATE_FAILED\x10\x03*\xca\x01\n\x12VerificationStatus\x12#\n\x1fVERIFICATION_STATUS_UNSPECIFIED\x10\x00\x12#\n\x1fVERIFICATION_STATUS_NOT_CHECKED\x10\x01\x12 \n\x1cVERIFICATION_STATUS_VERIFIED\x10\x02\x12(\n$VERIFICATION_STATUS_UNSIGNED_ALLOWED\x10\x03\x12\x1e\n\x1aVERIFICATION_STATUS_FAILED\x10\x04\x32\xa6\x01\n\x0cModelService\x12M\n\nListModels\x12\x1e.xinserve.v1.ListModelsRequest\x1a\x1f.xinserve.v1.ListModelsResponse\x12G\n\x08GetModel\x12\x1c.xinserve.v1.GetModelRequest\x1a\x1d.xinserve.v1.GetModelResponseBZ\n\x0eio.xinserve.v1B\nModelProtoP\x01Z:github.com/xinserve/xinserve/gen/go/xinserve/v1;xinservev1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17xinserve/v1/model.proto\x12\x0bxinserve.v1\"\xc5\x03\n\x05Model\x12\x0c\n\x04name\x18\x01 \x01(\t\x12$\n\x04kind\x18\x02 \x01(\x0e\x32\x16.xinserve.v1.ModelKind\x12\x1a\n\x12max_context_length\x18\x03 \x01(\r\x12\r\n\x05\x64type\x18\x04 \x01(\t\x12\x0f\n\x07\x62\x61\x63kend\x18\x05 \x01(\t\x12\x0e\n\x06\x64\x65vice\x18\x06 \x01(\t\x12&\n\x05state\x18\x07 \x01(\x0e\x32\x17.xinserve.v1.ModelState\x12\x14\n\x0cstate_reason\x18\x08 \x01(\t\x12<\n\x13verification_status\x18\t \x01(\x0e\x32\x1f.xinserve.v1.VerificationStatus\x12\x17\n\x0fmanifest_digest\x18\n \x01(\t\x12\x1b\n\x13verification_detail\x18\x0b \x01(\t\x12\x15\n\rlora_adapters\x18\x0c \x03(\t\x12\x19\n\x11state_reason_code\x18\r \x01(\t\x12 \n\x18verification_reason_code\x18\x0e \x01(\t\x12\x36\n\x14lora_adapter_details\x18\x0f \x03(\x0b\x32\x18.xinserve.v1.LoraAdapter\"\xc3\x01\n\x0bLoraAdapter\x12\x0c\n\x04name\x18\x01 \x01(\t\x12<\n\x13verification_status\x18\x02 \x01(\x0e\x32\x1f.xinserve.v1.VerificationStatus\x12\x17\n\x0fmanifest_digest\x18\x03 \x01(\t\x12 \n\x18verification_reason_code\x18\x04 \x01(\t\x12\x1b\n\x13verification_detail\x18\x05 \x01(\t\x12\x10\n\x08servable\x18\x06 \x01(\x08\"\x13\n\x11ListModelsRequest\"8\n\x12ListModelsResponse\x12\"\n\x06models\x18\x01 \x03(\x0b\x32\x12.xinserve.v1.Model\"\x1f\n\x0fGetModelRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"5\n\x10GetModelResponse\x12!\n\x05model\x18\x01 \x01(\x0b\x32\x12.xinserve.v1.Model*V\n\tModelKind\x12\x1a\n\x16MODEL_KIND_UNSPECIFIED\x10\x00\x12\x17\n\x13MODEL_KIND_GENERATE\x10\x01\x12\x14\n\x10MODEL_KIND_EMBED\x10\x02*q\n\nModelState\x12\x1b\n\x17MODEL_STATE_UNSPECIFIED\x10\x00\x12\x17\n\x13MODEL_STATE_LOADING\x10\x01\x12\x15\n\x11MODEL_STATE_READY\x10\x02\x12\x16\n\x12MODEL_STATE_FAILED\x10\x03*\xca\x01\n\x12VerificationStatus\x12#\n\x1fVERIFICATION_STATUS_UNSPECIFIED\x10\x00\x12#\n\x1fVERIFICATION_STATUS_NOT_CHECKED\x10\x01\x12 \n\x1cVERIFICATION_STATUS_VERIFIED\x10\x02\x12(\n$VERIFICATION_STATUS_UNSIGNED_ALLOWED\x10\x03\x12\x1e\n\x1aVERIFICATION_STATUS_FAILED\x10\x04\x32\xa6\x01\n\x0cModelService\x12M\n\nListModels\x12\x1e.xinserve.v1.ListModelsRequest\x1a\x1f.xinserve.v1.ListModelsResponse\x12G\n\x08GetModel\x12\x1c.xinserve.v1.GetModelRequest\x1a\x1d.xinserve.v1.GetModelResponseBZ\n\x0eio.xinserve.v1B\nModelProtoP\x01Z:github.com/xinserve/xinserve/gen/go/xinserve/v1;xinservev1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -32,22 +32,24 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'xinserve.v1.model_pb2', _gl
 if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._loaded_options = None
   _globals['DESCRIPTOR']._serialized_options = b'\n\016io.xinserve.v1B\nModelProtoP\001Z:github.com/xinserve/xinserve/gen/go/xinserve/v1;xinservev1'
-  _globals['_MODELKIND']._serialized_start=546
-  _globals['_MODELKIND']._serialized_end=632
-  _globals['_MODELSTATE']._serialized_start=634
-  _globals['_MODELSTATE']._serialized_end=747
-  _globals['_VERIFICATIONSTATUS']._serialized_start=750
-  _globals['_VERIFICATIONSTATUS']._serialized_end=952
+  _globals['_MODELKIND']._serialized_start=861
+  _globals['_MODELKIND']._serialized_end=947
+  _globals['_MODELSTATE']._serialized_start=949
+  _globals['_MODELSTATE']._serialized_end=1062
+  _globals['_VERIFICATIONSTATUS']._serialized_start=1065
+  _globals['_VERIFICATIONSTATUS']._serialized_end=1267
   _globals['_MODEL']._serialized_start=41
-  _globals['_MODEL']._serialized_end=377
-  _globals['_LISTMODELSREQUEST']._serialized_start=379
-  _globals['_LISTMODELSREQUEST']._serialized_end=398
-  _globals['_LISTMODELSRESPONSE']._serialized_start=400
-  _globals['_LISTMODELSRESPONSE']._serialized_end=456
-  _globals['_GETMODELREQUEST']._serialized_start=458
-  _globals['_GETMODELREQUEST']._serialized_end=489
-  _globals['_GETMODELRESPONSE']._serialized_start=491
-  _globals['_GETMODELRESPONSE']._serialized_end=544
-  _globals['_MODELSERVICE']._serialized_start=955
-  _globals['_MODELSERVICE']._serialized_end=1121
+  _globals['_MODEL']._serialized_end=494
+  _globals['_LORAADAPTER']._serialized_start=497
+  _globals['_LORAADAPTER']._serialized_end=692
+  _globals['_LISTMODELSREQUEST']._serialized_start=694
+  _globals['_LISTMODELSREQUEST']._serialized_end=713
+  _globals['_LISTMODELSRESPONSE']._serialized_start=715
+  _globals['_LISTMODELSRESPONSE']._serialized_end=771
+  _globals['_GETMODELREQUEST']._serialized_start=773
+  _globals['_GETMODELREQUEST']._serialized_end=804
+  _globals['_GETMODELRESPONSE']._serialized_start=806
+  _globals['_GETMODELRESPONSE']._serialized_end=859
+  _globals['_MODELSERVICE']._serialized_start=1270
+  _globals['_MODELSERVICE']._serialized_end=1436
 # @@protoc_insertion_point(module_scope)

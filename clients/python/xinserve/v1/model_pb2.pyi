@@ -41,7 +41,7 @@ VERIFICATION_STATUS_UNSIGNED_ALLOWED: VerificationStatus
 VERIFICATION_STATUS_FAILED: VerificationStatus
 
 class Model(_message.Message):
-    __slots__ = ("name", "kind", "max_context_length", "dtype", "backend", "device", "state", "state_reason", "verification_status", "manifest_digest", "verification_detail", "lora_adapters")
+    __slots__ = ("name", "kind", "max_context_length", "dtype", "backend", "device", "state", "state_reason", "verification_status", "manifest_digest", "verification_detail", "lora_adapters", "state_reason_code", "verification_reason_code", "lora_adapter_details")
     NAME_FIELD_NUMBER: _ClassVar[int]
     KIND_FIELD_NUMBER: _ClassVar[int]
     MAX_CONTEXT_LENGTH_FIELD_NUMBER: _ClassVar[int]
@@ -54,6 +54,9 @@ class Model(_message.Message):
     MANIFEST_DIGEST_FIELD_NUMBER: _ClassVar[int]
     VERIFICATION_DETAIL_FIELD_NUMBER: _ClassVar[int]
     LORA_ADAPTERS_FIELD_NUMBER: _ClassVar[int]
+    STATE_REASON_CODE_FIELD_NUMBER: _ClassVar[int]
+    VERIFICATION_REASON_CODE_FIELD_NUMBER: _ClassVar[int]
+    LORA_ADAPTER_DETAILS_FIELD_NUMBER: _ClassVar[int]
     name: str
     kind: ModelKind
     max_context_length: int
@@ -66,7 +69,26 @@ class Model(_message.Message):
     manifest_digest: str
     verification_detail: str
     lora_adapters: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, name: _Optional[str] = ..., kind: _Optional[_Union[ModelKind, str]] = ..., max_context_length: _Optional[int] = ..., dtype: _Optional[str] = ..., backend: _Optional[str] = ..., device: _Optional[str] = ..., state: _Optional[_Union[ModelState, str]] = ..., state_reason: _Optional[str] = ..., verification_status: _Optional[_Union[VerificationStatus, str]] = ..., manifest_digest: _Optional[str] = ..., verification_detail: _Optional[str] = ..., lora_adapters: _Optional[_Iterable[str]] = ...) -> None: ...
+    state_reason_code: str
+    verification_reason_code: str
+    lora_adapter_details: _containers.RepeatedCompositeFieldContainer[LoraAdapter]
+    def __init__(self, name: _Optional[str] = ..., kind: _Optional[_Union[ModelKind, str]] = ..., max_context_length: _Optional[int] = ..., dtype: _Optional[str] = ..., backend: _Optional[str] = ..., device: _Optional[str] = ..., state: _Optional[_Union[ModelState, str]] = ..., state_reason: _Optional[str] = ..., verification_status: _Optional[_Union[VerificationStatus, str]] = ..., manifest_digest: _Optional[str] = ..., verification_detail: _Optional[str] = ..., lora_adapters: _Optional[_Iterable[str]] = ..., state_reason_code: _Optional[str] = ..., verification_reason_code: _Optional[str] = ..., lora_adapter_details: _Optional[_Iterable[_Union[LoraAdapter, _Mapping]]] = ...) -> None: ...
+
+class LoraAdapter(_message.Message):
+    __slots__ = ("name", "verification_status", "manifest_digest", "verification_reason_code", "verification_detail", "servable")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    VERIFICATION_STATUS_FIELD_NUMBER: _ClassVar[int]
+    MANIFEST_DIGEST_FIELD_NUMBER: _ClassVar[int]
+    VERIFICATION_REASON_CODE_FIELD_NUMBER: _ClassVar[int]
+    VERIFICATION_DETAIL_FIELD_NUMBER: _ClassVar[int]
+    SERVABLE_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    verification_status: VerificationStatus
+    manifest_digest: str
+    verification_reason_code: str
+    verification_detail: str
+    servable: bool
+    def __init__(self, name: _Optional[str] = ..., verification_status: _Optional[_Union[VerificationStatus, str]] = ..., manifest_digest: _Optional[str] = ..., verification_reason_code: _Optional[str] = ..., verification_detail: _Optional[str] = ..., servable: _Optional[bool] = ...) -> None: ...
 
 class ListModelsRequest(_message.Message):
     __slots__ = ()
