@@ -465,6 +465,18 @@ class XinserveClient(_ClientBase):
         kwargs, rid = self._call_args(timeout=timeout, control=True, metadata=metadata)
         return self._unary(self._server.GetServerInfo, server_pb2.GetServerInfoRequest(), kwargs, rid)  # type: ignore[no-any-return]
 
+    def attestation(self, nonce: bytes | None = None, *, timeout: Timeout = DEFAULT) -> Any:
+        """TEE evidence bound to this TLS channel and the served models (``GetAttestation``).
+
+        Returns an :class:`xinserve_client.attestation.Attestation`; check it with its ``binds``
+        and a :class:`~xinserve_client.attestation.Verifier`. ``nonce`` defaults to 32 random bytes.
+        Raises FailedPreconditionError (no TEE, or not over TLS), InvalidArgumentError (nonce
+        outside 16..64 bytes).
+        """
+        from .attestation import attestation
+
+        return attestation(self, nonce, timeout=timeout)
+
     def check_compatibility(self, *, timeout: Timeout = DEFAULT) -> server_pb2.GetServerInfoResponse:
         """Check that the server still supports this client's contract revision.
 
