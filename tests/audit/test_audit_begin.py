@@ -13,13 +13,13 @@ from audit.records import EventType, parse_body
 from audit.stores.sqlite import SqliteStore
 from audit.verify import verify_store
 from service.audit_trail import AuditTrail
-from service.call_context import CallRecord, Principal
+from service.call_context import CallInfo, Principal
 
 
 async def test_a_begun_call_survives_a_crash_before_its_end(sqlite_backend: Backend, key, tmp_path: Path) -> None:
     log = await AuditLog.open(sqlite_backend.settings(), key, start_ticker=False)
     trail = AuditTrail(log, ContentCapture.from_settings(sqlite_backend.settings()), key.public_key())
-    call = CallRecord(
+    call = CallInfo(
         method="/xinserve.v1.InferenceService/GenerateStream",
         peer="ipv4:10.0.0.7:40000",
         request_id="req-streaming-1",
