@@ -17,3 +17,12 @@ COMMIT_SECONDS = Histogram(
 )
 DISK_USED_RATIO = Gauge("xinserve_audit_disk_used_ratio", "Used fraction of the audit store's filesystem.")
 CHECKPOINTS = Counter("xinserve_audit_checkpoints_total", "Signed checkpoints written.")
+ANCHORS_SENT = Counter("xinserve_audit_anchors_sent_total", "Anchor messages written to the syslog collector.")
+ANCHORS_LOST = Counter(
+    "xinserve_audit_anchors_lost_total", "Anchor messages dropped because the buffer for the collector was full."
+)
+ANCHORS_BUFFERED = Gauge("xinserve_audit_anchors_buffered", "Anchor messages waiting for the syslog collector.")
+COLLECTOR_UP = Gauge("xinserve_audit_collector_up", "1 while the syslog collector is connected, 0 otherwise.")
+TIMESTAMP_FAILURES = Counter(
+    "xinserve_audit_timestamp_failures_total", "Checkpoints shipped without an RFC 3161 time-stamp (TSA failed)."
+)

@@ -34,6 +34,7 @@ from typing import Any
 
 import structlog
 
+from audit import metrics
 from audit.anchors import checkpoint_message, record_message
 from audit.chain import SignedCheckpoint
 from audit.config import SyslogSettings, TsaSettings
@@ -163,6 +164,7 @@ class SyslogShipper:
         while len(self._buffer) >= cap:
             self._drop_one()
         self._buffer.append(msg)
+        metrics.ANCHORS_BUFFERED.set(len(self._buffer))
         self._wake.set()
 
     def _drop_one(self) -> None:
@@ -175,6 +177,7 @@ class SyslogShipper:
             self._buffer.popleft()
         self.lost += 1
         self._unreported_lost += 1
+        metrics.ANCHORS_LOST.inc()
 
     # ---------------------------------------------------------------- running
 
@@ -238,6 +241,8 @@ class SyslogShipper:
             if self._buffer and self._buffer[0] is msg:
                 self._buffer.popleft()
             self.sent += 1
+            metrics.ANCHORS_SENT.inc()
+            metrics.ANCHORS_BUFFERED.set(len(self._buffer))
 
     async def _stamp(self, msg: _Message) -> None:
         from audit.timestamping import TimestampError, fetch_timestamp
@@ -248,6 +253,7 @@ class SyslogShipper:
         except TimestampError as exc:
             # Shipped without a token: the anchor still counts; verify reports what it cannot prove.
             self.timestamp_failures += 1
+            metrics.TIMESTAMP_FAILURES.inc()
             log.error("audit_timestamp_failed", error=str(exc))
             await self._notify("timestamp_failed", {"error": str(exc)[:200]})
         else:
@@ -293,6 +299,7 @@ class SyslogShipper:
         error = _describe(exc)
         self.last_error = error
         self._up = False
+        metrics.COLLECTOR_UP.set(0)
         if not self._down:
             self._down = True
             log.error("audit_syslog_collector_down", error=error, buffered=len(self._buffer))
@@ -300,6 +307,7 @@ class SyslogShipper:
 
     async def _came_up(self) -> None:
         self._up = True
+        metrics.COLLECTOR_UP.set(1)
         self.last_error = None
         if self._down:
             self._down = False

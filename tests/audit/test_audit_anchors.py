@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from audit_helpers import Backend, FakeClock, rpc_record_factory
 from local_tsa import LocalTsa, make_tsa_pki
+from prometheus_client import REGISTRY
 from rsyslog_collector import RSYSLOGD, Rsyslog, free_port
 
 import audit.cli
@@ -207,6 +208,7 @@ async def test_collector_down_log_and_continue_counts_and_records_the_loss(
         failure_policy=FailurePolicy.LOG_AND_CONTINUE,
         syslog=syslog_settings(rs, pki, ship_records=True, buffer_limit=4),
     )
+    lost_before = REGISTRY.get_sample_value("xinserve_audit_anchors_lost_total") or 0.0
     log = await AuditLog.open(settings, key, start_ticker=False)
     make = rpc_record_factory()
     for i in range(100):
@@ -215,6 +217,7 @@ async def test_collector_down_log_and_continue_counts_and_records_the_loss(
     assert log.shipper is not None and log.shipper.buffered == 4 + HEADROOM  # bounded
     lost = log.shipper.lost
     assert lost >= 100 - (4 + HEADROOM)  # 100 records (and the open checkpoint, the "down" event) offered
+    assert REGISTRY.get_sample_value("xinserve_audit_anchors_lost_total") == lost_before + lost
     rs.start()
     try:
         await wait_until(lambda: log.shipper is not None and log.shipper.buffered == 0 and log.shipper.connected)
