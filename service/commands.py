@@ -163,6 +163,12 @@ def overrides_from_args(args: argparse.Namespace) -> dict[str, Any]:
 
 EXIT_CONFIG = 2
 EXIT_ENVIRONMENT = 3
+_ENGINE_PACKAGES = frozenset({"vllm", "torch"})
+_MISSING_ENGINE = (
+    "the inference engine is not installed in this environment (no module {name!r}). Install the "
+    "locked environment with vLLM's CPU build: `uv sync --locked --extra cpu` (or run scripts/bootstrap); "
+    "for an accelerator, install its vLLM build (see the README's Devices)."
+)
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -173,7 +179,13 @@ def _serve(args: argparse.Namespace) -> int:
         return EXIT_CONFIG
     logs.quiet_engine_logs()
     # Imports the engine (seconds, more on a busy host): only once the configuration is valid.
-    from service.app import StartupRefused, data_dir_ok, serve
+    try:
+        from service.app import StartupRefused, data_dir_ok, serve
+    except ModuleNotFoundError as exc:
+        if (exc.name or "").split(".")[0] not in _ENGINE_PACKAGES:
+            raise
+        print(f"xinserve serve: {_MISSING_ENGINE.format(name=exc.name)}", file=sys.stderr)
+        return EXIT_ENVIRONMENT
 
     logs.configure(settings.log_format, settings.log_level)
     if not data_dir_ok(settings.data_dir):
