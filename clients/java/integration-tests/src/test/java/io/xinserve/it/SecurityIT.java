@@ -7,6 +7,7 @@ import static org.assertj.core.api.Assertions.assertThatThrownBy;
 import io.xinserve.client.RetryPolicy;
 import io.xinserve.client.XinserveClient;
 import io.xinserve.client.errors.UnauthenticatedException;
+import io.xinserve.client.errors.TlsHandshakeException;
 import io.xinserve.client.errors.UnavailableException;
 import io.xinserve.v1.Model;
 import java.time.Duration;
@@ -46,7 +47,14 @@ class SecurityIT {
         .trustCertificates(servers.pki.otherCaCert)
         .clientCertificate(servers.pki.clientCert, servers.pki.clientKey)
         .build()) {
-      assertThatThrownBy(c::listModels).isInstanceOf(UnavailableException.class);
+      // a trust failure is its own, non-retryable exception naming the TLS failure
+      assertThatThrownBy(c::listModels)
+          .isInstanceOfSatisfying(
+              TlsHandshakeException.class,
+              e -> {
+                assertThat(e.isRetryable()).isFalse();
+                assertThat(e.getMessage()).contains("TLS handshake failed");
+              });
     }
   }
 
@@ -65,7 +73,8 @@ class SecurityIT {
   void mutualTlsListenerRefusesAClientWithoutCertificate() {
     try (XinserveClient c = tls(servers.tlsPort).trustCertificates(servers.pki.caCert).build()) {
       assertThatThrownBy(c::listModels)
-          .isInstanceOfAny(UnavailableException.class, UnauthenticatedException.class);
+          .isInstanceOfAny(
+              TlsHandshakeException.class, UnavailableException.class, UnauthenticatedException.class);
     }
   }
 

@@ -91,7 +91,7 @@ public final class XinserveExceptions {
     }
     Throwable tls = status.getCode() == Status.Code.UNAVAILABLE ? tlsFailure(status.getCause()) : null;
     if (tls != null) {
-      String what = tls.getMessage() == null ? tls.getClass().getSimpleName() : tls.getMessage();
+      String what = describeChain(tls);
       return new TlsHandshakeException(
           new ErrorDetails(
               details.code(),
@@ -127,6 +127,21 @@ public final class XinserveExceptions {
       default:
         return new XinserveException(details, c);
     }
+  }
+
+  /** The messages along a cause chain, each once: "General ...: PKIX path validation failed: ...". */
+  private static String describeChain(Throwable t) {
+    java.util.LinkedHashSet<String> parts = new java.util.LinkedHashSet<>();
+    for (Throwable cur = t; cur != null; cur = cur.getCause() == cur ? null : cur.getCause()) {
+      String m = cur.getMessage();
+      if (m != null && !m.isBlank() && parts.stream().noneMatch(p -> p.contains(m))) {
+        parts.add(m);
+      }
+      if (parts.size() >= 4) {
+        break;
+      }
+    }
+    return parts.isEmpty() ? t.getClass().getSimpleName() : String.join(": ", parts);
   }
 
   private static Throwable tlsFailure(Throwable t) {

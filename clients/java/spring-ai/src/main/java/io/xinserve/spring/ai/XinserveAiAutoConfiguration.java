@@ -1,6 +1,5 @@
 package io.xinserve.spring.ai;
 
-import io.xinserve.spring.boot.XinserveClientAutoConfiguration;
 import io.xinserve.spring.boot.XinserveClients;
 import org.springframework.ai.chat.model.ChatModel;
 import org.springframework.ai.embedding.EmbeddingModel;
@@ -20,22 +19,26 @@ import org.springframework.context.annotation.Bean;
  * defines its own bean of that type, or with {@code xinserve.ai.chat.enabled=false} / {@code
  * xinserve.ai.embedding.enabled=false}.
  *
- * <p>Built for Spring Boot 3.5 and Spring AI 1.1: on Spring Boot 4 the context fails to start.
+ * <p>The same sources are built for Spring Boot 3.5 / Spring AI 1.1 ({@code xinserve-spring-ai},
+ * on {@code xinserve-spring-boot-starter}) and Spring Boot 4.0 / Spring AI 2.0 ({@code
+ * xinserve-spring-ai-boot4}, on {@code xinserve-spring-boot4-starter}); on the other Boot
+ * generation the context fails to start, naming the artifact to use.
  */
-@AutoConfiguration(after = XinserveClientAutoConfiguration.class)
+@AutoConfiguration(
+    afterName = {
+      "io.xinserve.spring.boot.XinserveClientAutoConfiguration",
+      "io.xinserve.spring.boot.XinserveClientBoot4AutoConfiguration"
+    })
 @ConditionalOnClass({ChatModel.class, XinserveClients.class})
 @ConditionalOnBean(XinserveClients.class)
 @EnableConfigurationProperties(XinserveAiProperties.class)
 public class XinserveAiAutoConfiguration {
 
-  /** Fails at start-up on a Spring Boot generation other than 3. */
+  /** Fails at start-up on a Spring Boot generation other than the one this jar was built for. */
   public XinserveAiAutoConfiguration() {
-    String v = SpringBootVersion.getVersion();
-    if (v != null && !v.startsWith("3.")) {
-      throw new IllegalStateException(
-          "xinserve-spring-ai is built for Spring Boot 3.x and Spring AI 1.1 but the application"
-              + " runs Spring Boot " + v + " (see docs/java.md, Spring Boot 3 and 4)");
-    }
+    java.util.Properties built = BuiltFor.properties();
+    BuiltFor.require(
+        SpringBootVersion.getVersion(), built.getProperty("spring-boot.version"), built.getProperty("artifact"));
   }
 
   /**

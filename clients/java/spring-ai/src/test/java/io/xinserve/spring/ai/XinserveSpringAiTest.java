@@ -12,7 +12,6 @@ import io.grpc.stub.StreamObserver;
 import io.xinserve.client.XinserveClient;
 import io.xinserve.client.errors.InvalidArgumentException;
 import io.xinserve.client.errors.UnavailableException;
-import io.xinserve.spring.boot.XinserveClientAutoConfiguration;
 import io.xinserve.spring.boot.XinserveClientCustomizer;
 import io.xinserve.v1.ChatRequest;
 import io.xinserve.v1.ChatStreamResponse;
@@ -228,12 +227,34 @@ class XinserveSpringAiTest {
     assertThat(embeds.get(1).getModel()).isEqualTo("e5");
   }
 
+  /** The starter of the Spring Boot generation this module is built for. */
+  static Class<?> starterAutoConfiguration() throws ClassNotFoundException {
+    String boot = org.springframework.boot.SpringBootVersion.getVersion();
+    return Class.forName(
+        boot.startsWith("3.")
+            ? "io.xinserve.spring.boot.XinserveClientAutoConfiguration"
+            : "io.xinserve.spring.boot.XinserveClientBoot4AutoConfiguration");
+  }
+
   @Test
-  void autoConfiguredOnANamedClientWithADefaultModel() {
+  void builtForTheRunningSpringBootAndRefusingTheOther() {
+    java.util.Properties built = BuiltFor.properties();
+    String boot = org.springframework.boot.SpringBootVersion.getVersion();
+    assertThat(built.getProperty("spring-boot.version")).startsWith(boot.substring(0, 2));
+    BuiltFor.require(boot, built.getProperty("spring-boot.version"), built.getProperty("artifact"));
+    assertThatThrownBy(() -> BuiltFor.require("4.0.7", "3.5.7", "xinserve-spring-ai"))
+        .isInstanceOf(IllegalStateException.class)
+        .hasMessageContaining("use io.xinserve:xinserve-spring-ai-boot4");
+    assertThatThrownBy(() -> BuiltFor.require("3.5.7", "4.0.7", "xinserve-spring-ai-boot4"))
+        .hasMessageContaining("use io.xinserve:xinserve-spring-ai ");
+  }
+
+  @Test
+  void autoConfiguredOnANamedClientWithADefaultModel() throws Exception {
     XinserveClientCustomizer inProcess = (n, b) -> b.channelBuilder(InProcessChannelBuilder.forName(name));
     new ApplicationContextRunner()
         .withConfiguration(
-            AutoConfigurations.of(XinserveClientAutoConfiguration.class, XinserveAiAutoConfiguration.class))
+            AutoConfigurations.of(starterAutoConfiguration(), XinserveAiAutoConfiguration.class))
         .withBean(XinserveClientCustomizer.class, () -> inProcess)
         .withPropertyValues(
             "xinserve.client.address=x:1",
@@ -254,7 +275,7 @@ class XinserveSpringAiTest {
             });
     new ApplicationContextRunner()
         .withConfiguration(
-            AutoConfigurations.of(XinserveClientAutoConfiguration.class, XinserveAiAutoConfiguration.class))
+            AutoConfigurations.of(starterAutoConfiguration(), XinserveAiAutoConfiguration.class))
         .withPropertyValues("xinserve.client.address=x:1", "xinserve.ai.chat.enabled=false")
         .run(ctx -> assertThat(ctx).doesNotHaveBean(XinserveChatModel.class).hasSingleBean(XinserveEmbeddingModel.class));
   }

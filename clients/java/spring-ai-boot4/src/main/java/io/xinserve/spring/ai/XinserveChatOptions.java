@@ -1,0 +1,374 @@
+package io.xinserve.spring.ai;
+
+import java.util.List;
+import java.util.Objects;
+import org.springframework.ai.chat.prompt.ChatOptions;
+import org.springframework.ai.model.tool.StructuredOutputChatOptions;
+
+/**
+ * Spring AI 2.0 chat options of an xinserve model, mapped one to one onto the contract's {@code
+ * SamplingParams} (vLLM's names): {@code temperature}, {@code top_p}, {@code top_k}, {@code
+ * max_tokens}, {@code stop}, {@code presence_penalty}, {@code frequency_penalty}, {@code
+ * repetition_penalty}, {@code seed}, {@code ignore_eos}; Spring AI's native structured output ({@link
+ * #getOutputSchema()}) becomes {@code json_schema}. {@code null} leaves the model's default.
+ */
+public class XinserveChatOptions implements StructuredOutputChatOptions {
+  private String model;
+  private Double temperature;
+  private Double topP;
+  private Integer topK;
+  private Integer maxTokens;
+  private List<String> stopSequences;
+  private Double presencePenalty;
+  private Double frequencyPenalty;
+  private Double repetitionPenalty;
+  private Long seed;
+  private Boolean ignoreEos;
+  private String outputSchema;
+
+  /** @return a builder of options */
+  public static Builder builder() {
+    return new Builder();
+  }
+
+  /**
+   * Copies the portable fields of any Spring AI {@link ChatOptions} (and the xinserve ones when
+   * {@code options} is an {@code XinserveChatOptions}).
+   *
+   * @param options the options, may be {@code null}
+   * @return the copy (empty if {@code options} is {@code null})
+   */
+  public static XinserveChatOptions from(ChatOptions options) {
+    XinserveChatOptions o = new XinserveChatOptions();
+    if (options == null) {
+      return o;
+    }
+    o.model = options.getModel();
+    o.temperature = options.getTemperature();
+    o.topP = options.getTopP();
+    o.topK = options.getTopK();
+    o.maxTokens = options.getMaxTokens();
+    o.stopSequences = options.getStopSequences() == null ? null : List.copyOf(options.getStopSequences());
+    o.presencePenalty = options.getPresencePenalty();
+    o.frequencyPenalty = options.getFrequencyPenalty();
+    if (options instanceof XinserveChatOptions x) {
+      o.repetitionPenalty = x.repetitionPenalty;
+      o.seed = x.seed;
+      o.ignoreEos = x.ignoreEos;
+      o.outputSchema = x.outputSchema;
+    } else if (options instanceof StructuredOutputChatOptions s) {
+      o.outputSchema = s.getOutputSchema();
+    }
+    return o;
+  }
+
+  /**
+   * @param overrides options whose non-{@code null} fields win, may be {@code null}
+   * @return a new options object: these options overridden field by field
+   */
+  public XinserveChatOptions merge(ChatOptions overrides) {
+    XinserveChatOptions o = copy();
+    if (overrides == null) {
+      return o;
+    }
+    XinserveChatOptions x = from(overrides);
+    o.model = x.model != null ? x.model : o.model;
+    o.temperature = x.temperature != null ? x.temperature : o.temperature;
+    o.topP = x.topP != null ? x.topP : o.topP;
+    o.topK = x.topK != null ? x.topK : o.topK;
+    o.maxTokens = x.maxTokens != null ? x.maxTokens : o.maxTokens;
+    o.stopSequences = x.stopSequences != null ? x.stopSequences : o.stopSequences;
+    o.presencePenalty = x.presencePenalty != null ? x.presencePenalty : o.presencePenalty;
+    o.frequencyPenalty = x.frequencyPenalty != null ? x.frequencyPenalty : o.frequencyPenalty;
+    o.repetitionPenalty = x.repetitionPenalty != null ? x.repetitionPenalty : o.repetitionPenalty;
+    o.seed = x.seed != null ? x.seed : o.seed;
+    o.ignoreEos = x.ignoreEos != null ? x.ignoreEos : o.ignoreEos;
+    o.outputSchema = x.outputSchema != null ? x.outputSchema : o.outputSchema;
+    return o;
+  }
+
+  @Override
+  public String getModel() {
+    return model;
+  }
+
+  /** @param model the served model name */
+  public void setModel(String model) {
+    this.model = model;
+  }
+
+  @Override
+  public Double getTemperature() {
+    return temperature;
+  }
+
+  /** @param temperature sampling temperature, >= 0 */
+  public void setTemperature(Double temperature) {
+    this.temperature = temperature;
+  }
+
+  @Override
+  public Double getTopP() {
+    return topP;
+  }
+
+  /** @param topP nucleus sampling mass, in (0, 1] */
+  public void setTopP(Double topP) {
+    this.topP = topP;
+  }
+
+  @Override
+  public Integer getTopK() {
+    return topK;
+  }
+
+  /** @param topK top-k sampling; -1 or 0 for all */
+  public void setTopK(Integer topK) {
+    this.topK = topK;
+  }
+
+  @Override
+  public Integer getMaxTokens() {
+    return maxTokens;
+  }
+
+  /** @param maxTokens most tokens to generate */
+  public void setMaxTokens(Integer maxTokens) {
+    this.maxTokens = maxTokens;
+  }
+
+  @Override
+  public List<String> getStopSequences() {
+    return stopSequences;
+  }
+
+  /** @param stopSequences strings that end the reply */
+  public void setStopSequences(List<String> stopSequences) {
+    this.stopSequences = stopSequences;
+  }
+
+  @Override
+  public Double getPresencePenalty() {
+    return presencePenalty;
+  }
+
+  /** @param presencePenalty presence penalty, in [-2, 2] */
+  public void setPresencePenalty(Double presencePenalty) {
+    this.presencePenalty = presencePenalty;
+  }
+
+  @Override
+  public Double getFrequencyPenalty() {
+    return frequencyPenalty;
+  }
+
+  /** @param frequencyPenalty frequency penalty, in [-2, 2] */
+  public void setFrequencyPenalty(Double frequencyPenalty) {
+    this.frequencyPenalty = frequencyPenalty;
+  }
+
+  /** @return vLLM's repetition penalty (1 is none) */
+  public Double getRepetitionPenalty() {
+    return repetitionPenalty;
+  }
+
+  /** @param repetitionPenalty vLLM's repetition penalty, > 0 */
+  public void setRepetitionPenalty(Double repetitionPenalty) {
+    this.repetitionPenalty = repetitionPenalty;
+  }
+
+  /** @return the random seed */
+  public Long getSeed() {
+    return seed;
+  }
+
+  /** @param seed the random seed; the same seed gives the same output */
+  public void setSeed(Long seed) {
+    this.seed = seed;
+  }
+
+  /** @return whether to keep generating after the end-of-sequence token */
+  public Boolean getIgnoreEos() {
+    return ignoreEos;
+  }
+
+  /** @param ignoreEos keep generating after the end-of-sequence token (until max tokens) */
+  public void setIgnoreEos(Boolean ignoreEos) {
+    this.ignoreEos = ignoreEos;
+  }
+
+  /** @return the JSON Schema the reply must satisfy ({@code json_schema}), or {@code null} */
+  @Override
+  public String getOutputSchema() {
+    return outputSchema;
+  }
+
+  /** @param outputSchema a JSON Schema as JSON text */
+  public void setOutputSchema(String outputSchema) {
+    this.outputSchema = outputSchema;
+  }
+
+  /** @return an independent copy of these options */
+  public XinserveChatOptions copy() {
+    return from(this);
+  }
+
+  /** @return a builder starting from these options (Spring AI 2.0's way to derive options) */
+  @Override
+  public Builder mutate() {
+    Builder b = new Builder();
+    b.o.copyFrom(this);
+    return b;
+  }
+
+  private void copyFrom(XinserveChatOptions x) {
+    model = x.model;
+    temperature = x.temperature;
+    topP = x.topP;
+    topK = x.topK;
+    maxTokens = x.maxTokens;
+    stopSequences = x.stopSequences;
+    presencePenalty = x.presencePenalty;
+    frequencyPenalty = x.frequencyPenalty;
+    repetitionPenalty = x.repetitionPenalty;
+    seed = x.seed;
+    ignoreEos = x.ignoreEos;
+    outputSchema = x.outputSchema;
+  }
+
+  @Override
+  public boolean equals(Object other) {
+    if (!(other instanceof XinserveChatOptions o)) {
+      return false;
+    }
+    return Objects.equals(model, o.model)
+        && Objects.equals(temperature, o.temperature)
+        && Objects.equals(topP, o.topP)
+        && Objects.equals(topK, o.topK)
+        && Objects.equals(maxTokens, o.maxTokens)
+        && Objects.equals(stopSequences, o.stopSequences)
+        && Objects.equals(presencePenalty, o.presencePenalty)
+        && Objects.equals(frequencyPenalty, o.frequencyPenalty)
+        && Objects.equals(repetitionPenalty, o.repetitionPenalty)
+        && Objects.equals(seed, o.seed)
+        && Objects.equals(ignoreEos, o.ignoreEos)
+        && Objects.equals(outputSchema, o.outputSchema);
+  }
+
+  @Override
+  public int hashCode() {
+    return Objects.hash(model, temperature, topP, topK, maxTokens, stopSequences, seed, outputSchema);
+  }
+
+  /** Builds {@link XinserveChatOptions}; Spring AI 2.0's {@code StructuredOutputChatOptions.Builder}. */
+  public static final class Builder implements StructuredOutputChatOptions.Builder<Builder> {
+    private XinserveChatOptions o = new XinserveChatOptions();
+
+    private Builder() {}
+
+    @Override
+    public Builder clone() {
+      Builder b = new Builder();
+      b.o = o.copy();
+      return b;
+    }
+
+    /**
+     * @param other a builder whose set fields win over this one's
+     * @return this builder
+     */
+    @Override
+    public Builder combineWith(ChatOptions.Builder<?> other) {
+      if (other != null) {
+        o = o.merge(other.build());
+      }
+      return this;
+    }
+
+    /** @param v the model @return this builder */
+    @Override
+    public Builder model(String v) {
+      o.model = v;
+      return this;
+    }
+
+    /** @param v the temperature @return this builder */
+    @Override
+    public Builder temperature(Double v) {
+      o.temperature = v;
+      return this;
+    }
+
+    /** @param v top_p @return this builder */
+    @Override
+    public Builder topP(Double v) {
+      o.topP = v;
+      return this;
+    }
+
+    /** @param v top_k @return this builder */
+    @Override
+    public Builder topK(Integer v) {
+      o.topK = v;
+      return this;
+    }
+
+    /** @param v max_tokens @return this builder */
+    @Override
+    public Builder maxTokens(Integer v) {
+      o.maxTokens = v;
+      return this;
+    }
+
+    /** @param v stop strings @return this builder */
+    @Override
+    public Builder stopSequences(List<String> v) {
+      o.stopSequences = v;
+      return this;
+    }
+
+    /** @param v presence penalty @return this builder */
+    @Override
+    public Builder presencePenalty(Double v) {
+      o.presencePenalty = v;
+      return this;
+    }
+
+    /** @param v frequency penalty @return this builder */
+    @Override
+    public Builder frequencyPenalty(Double v) {
+      o.frequencyPenalty = v;
+      return this;
+    }
+
+    /** @param v repetition penalty @return this builder */
+    public Builder repetitionPenalty(Double v) {
+      o.repetitionPenalty = v;
+      return this;
+    }
+
+    /** @param v seed @return this builder */
+    public Builder seed(Long v) {
+      o.seed = v;
+      return this;
+    }
+
+    /** @param v ignore_eos @return this builder */
+    public Builder ignoreEos(Boolean v) {
+      o.ignoreEos = v;
+      return this;
+    }
+
+    /** @param v JSON Schema text @return this builder */
+    @Override
+    public Builder outputSchema(String v) {
+      o.outputSchema = v;
+      return this;
+    }
+
+    /** @return the options */
+    public XinserveChatOptions build() {
+      return o.copy();
+    }
+  }
+}
