@@ -1,8 +1,9 @@
 """Serving throughput: xinserve GenerateStream vs in-process AsyncLLM vs ``vllm serve`` HTTP.
 
 Streaming tokens/s and time-to-first-token (TTFT) p50/p99 at concurrency N (default 1, 8, 32)
-for the built-in generative model (``xinserve-tiny-llama``, 2-layer Llama, float32), with the
-same engine arguments everywhere, all in one run. Peers:
+for a built-in generative model (``--model``: ``xinserve-tiny-llama``, 2-layer Llama, the
+default; or ``smollm2-135m-instruct``, 30 layers), float32, with the same engine arguments
+everywhere, all in one run. Peers:
 
 * ``inproc``   the same vLLM ``AsyncLLM`` driven in-process, no RPC (the ceiling); it runs in a
                child process of this script (one event loop: engine front end + load generator).
@@ -25,6 +26,8 @@ the engine processes.
 Not a test. Run by hand (about 5-10 minutes on 2 cores):
 
     uv run --no-sync python benchmarks/serving_throughput.py --json-out /tmp/serving.json
+    uv run --no-sync python benchmarks/serving_throughput.py --model smollm2-135m-instruct \
+        --peers inproc,xinserve --clients sync --concurrency 1 8 --no-minilm
 """
 
 from __future__ import annotations
@@ -63,6 +66,26 @@ ENGINE_ARGS: dict[str, Any] = {
     "enforce_eager": True,
     # prefix caching: vLLM's default (on), as xinserve uses it
 }
+# What differs per model (engine_backends/builtin_models.py), applied to ENGINE_ARGS by --model.
+MODEL_ENGINE_ARGS: dict[str, dict[str, Any]] = {
+    "xinserve-tiny-llama": {"max_model_len": 2048, "max_num_batched_tokens": 4096},
+    "smollm2-135m-instruct": {"max_model_len": 8192, "max_num_batched_tokens": 8192},
+}
+
+
+def select_model(name: str) -> None:
+    """Make ``name`` the measured model (MODEL_NAME, ENGINE_ARGS)."""
+    global MODEL_NAME
+    MODEL_NAME = name
+    ENGINE_ARGS.update(MODEL_ENGINE_ARGS[name])
+
+
+def model_dir_of(data_dir: Path) -> Path:
+    """The measured built-in model's directory, built or converted on first use."""
+    from engine_backends.builtin_models import builtin_models
+
+    return builtin_models(Path(data_dir), [MODEL_NAME])[0].path
+
 
 _WORDS = (
     "river stone lantern maple orbit quiet harbor velvet signal copper meadow thunder pencil "
@@ -480,7 +503,7 @@ def child_env() -> dict[str, str]:
     return env
 
 
-def start_xinserve(data_dir: Path, logdir: Path, timeout: float) -> tuple[Server, str]:
+def start_xinserve(data_dir: Path, logdir: Path, timeout: float, minilm: bool = True) -> tuple[Server, str]:
     import grpc
     from grpc_health.v1 import health_pb2, health_pb2_grpc
 
@@ -489,7 +512,7 @@ def start_xinserve(data_dir: Path, logdir: Path, timeout: float) -> tuple[Server
     cmd = [
         "uv", "run", "--no-sync", "xinserve", "serve",
         "--listen", target, "--data-dir", str(data_dir), "--no-metrics", "--log-level", "warning",
-        "--builtin-model", MODEL_NAME, "--builtin-model", "all-MiniLM-L6-v2",
+        "--builtin-model", MODEL_NAME, *(["--builtin-model", "all-MiniLM-L6-v2"] if minilm else []),
         "--dtype", ENGINE_ARGS["dtype"],
         "--max-num-seqs", str(ENGINE_ARGS["max_num_seqs"]),
         "--kv-cache-memory-bytes", str(ENGINE_ARGS["kv_cache_memory_bytes"]),
@@ -570,9 +593,7 @@ def start_vllm_http(model_dir: Path, logdir: Path, timeout: float) -> tuple[Serv
 
 
 def inproc_child(args: argparse.Namespace) -> int:
-    from engine_backends.builtin_models import tiny_llama_dir
-
-    model_dir = tiny_llama_dir(Path(args.data_dir))
+    model_dir = model_dir_of(args.data_dir)
     import psutil
     from vllm import SamplingParams
     from vllm.engine.arg_utils import AsyncEngineArgs
@@ -670,7 +691,7 @@ def inproc_child(args: argparse.Namespace) -> int:
 
 def run_inproc(args: argparse.Namespace, rnd: int, logdir: Path, log) -> list[Run]:
     cmd = [
-        sys.executable, __file__, "_inproc",
+        sys.executable, __file__, "_inproc", "--model", MODEL_NAME,
         "--data-dir", str(args.data_dir), "--round", str(rnd),
         "--reps", str(args.reps), "--max-tokens", str(args.max_tokens), "--seed", str(args.seed),
         "--requests-per-worker", str(args.requests_per_worker), "--min-requests", str(args.min_requests),
@@ -779,7 +800,7 @@ def run_peer(
     if peer == "inproc":
         return run_inproc(args, rnd, logdir, log)
     if peer == "xinserve":
-        server, target = start_xinserve(args.data_dir, logdir, args.start_timeout)
+        server, target = start_xinserve(args.data_dir, logdir, args.start_timeout, not args.no_minilm)
         print(f"xinserve SERVING on {target} after {time.monotonic() - t0:.0f} s", flush=True)
         runs: list[Run] = []
         try:
@@ -808,6 +829,12 @@ def run_peer(
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("mode", nargs="?", default="all", choices=("all", "_inproc"), help=argparse.SUPPRESS)
+    ap.add_argument("--model", default="xinserve-tiny-llama", choices=sorted(MODEL_ENGINE_ARGS), help="measured model")
+    ap.add_argument(
+        "--no-minilm",
+        action="store_true",
+        help="xinserve loads only the measured model (by default also all-MiniLM-L6-v2, as `xinserve serve` does)",
+    )
     ap.add_argument("--peers", default="inproc,xinserve,http", help="comma-separated: inproc, xinserve, http")
     ap.add_argument("--clients", default="sync,aio", help="xinserve clients: sync (blocking grpc, threads), aio")
     ap.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 32])
@@ -824,6 +851,7 @@ def main() -> int:
     ap.add_argument("--summarize", type=Path, nargs="+", metavar="JSON", help="only print the table of earlier runs")
     args = ap.parse_args()
     args.concurrency = sorted(set(args.concurrency))
+    select_model(args.model)
 
     if args.summarize:
         runs = []
@@ -837,9 +865,7 @@ def main() -> int:
     if args.mode == "_inproc":
         return inproc_child(args)
 
-    from engine_backends.builtin_models import tiny_llama_dir
-
-    model_dir = tiny_llama_dir(args.data_dir)
+    model_dir = model_dir_of(args.data_dir)
     logdir = Path(tempfile.mkdtemp(prefix="serving-bench-"))
     peers = [p.strip() for p in args.peers.split(",") if p.strip()]
     clients = [c.strip() for c in args.clients.split(",") if c.strip()]
@@ -881,6 +907,7 @@ def main() -> int:
                         "python": platform.python_version(),
                         "platform": platform.platform(),
                     },
+                    "model": MODEL_NAME,
                     "engine_args": ENGINE_ARGS,
                     "args": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
                     "summary": table,
