@@ -22,7 +22,8 @@ from trust.tee.config import TeeSettings
 from trust.tee.errors import EvidenceError, KeyReleaseError, TeeError, TeeReason
 from trust.tee.evidence import TEE_NONE, Evidence, EvidenceProvider
 from trust.tee.kbs_client import KbsClient
-from trust.tee.model_encryption import decrypt_model, is_encrypted, read_manifest
+from trust.tee.model_encryption import is_encrypted
+from trust.tee.model_release import DecryptionFailed, KeyRelease, release_and_decrypt, resource_of
 from trust.tee.private_dir import PrivateDir
 from trust.tee.providers import provider_from_settings
 
@@ -131,17 +132,26 @@ class TeeHook:
             return False
 
         try:
-            manifest = await asyncio.to_thread(read_manifest, source)
+            resource = await asyncio.to_thread(resource_of, source)
         except TeeError as exc:
             return await fail("encrypted_model_invalid", "the encrypted model's manifest is invalid", str(exc))
-        resource, kbs_url = manifest.key_id, self.settings.kbs_url or ""
+        kbs_url = self.settings.kbs_url or ""
+        try:
+            private = PrivateDir(self.settings.decrypt_dir)
+        except TeeError as exc:
+            return await fail("decryption_failed", "no private in-memory directory for the decrypted model", str(exc))
         try:
             if not kbs_url:
                 raise KeyReleaseError(TeeReason.KBS_UNREACHABLE, "no key broker is configured (tee.kbs_url)")
             verify: Any = str(self.settings.kbs_ca_file) if self.settings.kbs_ca_file else True
             client = KbsClient(kbs_url, self.provider, verify=verify, timeout=self.settings.kbs_timeout_seconds)
-            released = await asyncio.to_thread(client.get_resource, resource)
+            release = await asyncio.to_thread(release_and_decrypt, client, source, private.path)
+        except DecryptionFailed as exc:
+            await asyncio.to_thread(private.remove)
+            await self._audit_release(runtime, entry, exc.release)
+            return await fail("decryption_failed", "the model does not decrypt with the released key", str(exc))
         except (KeyReleaseError, EvidenceError) as exc:
+            await asyncio.to_thread(private.remove)
             outcome = "UNAVAILABLE" if exc.reason is TeeReason.KBS_UNREACHABLE else "PERMISSION_DENIED"
             await runtime.audit_event(
                 EventType.KEY_REFUSED,
@@ -155,34 +165,10 @@ class TeeHook:
             )
             safe = _SAFE_REFUSAL.get(exc.reason, "the evidence provider failed")
             return await fail("key_refused", f"model key not released ({exc.reason.value}): {safe}", str(exc))
-        await runtime.audit_event(
-            EventType.ATTESTATION_COLLECTED,
-            purpose="key_release",
-            model=entry.name,
-            tee=released.tee,
-            recorded=released.recorded,
-            evidence_sm3=released.evidence_sm3,
-        )
-        await runtime.audit_event(
-            EventType.KEY_RELEASED,
-            model=entry.name,
-            manifest_digest=entry.manifest_digest or None,
-            kbs=kbs_url,
-            resource=resource,
-            tee=released.tee,
-            recorded=released.recorded,
-        )
-        try:
-            private = PrivateDir(self.settings.decrypt_dir)
-        except TeeError as exc:
-            return await fail("decryption_failed", "no private in-memory directory for the decrypted model", str(exc))
-        try:
-            await asyncio.to_thread(decrypt_model, source, released.value, private.path)
-        except TeeError as exc:
+        except BaseException:
             await asyncio.to_thread(private.remove)
-            return await fail("decryption_failed", "the model does not decrypt with the released key", str(exc))
-        finally:
-            del released
+            raise
+        await self._audit_release(runtime, entry, release)
         self._dirs.append(private)
         self.keys_from_kbs = True
         entry.load_path = private.path
@@ -191,6 +177,25 @@ class TeeHook:
             entry.engine.use_files(private.path, adapters)
         log.info("encrypted_model_decrypted", model=entry.name, resource=resource)
         return True
+
+    async def _audit_release(self, runtime: Runtime, entry: ModelEntry, release: KeyRelease) -> None:
+        await runtime.audit_event(
+            EventType.ATTESTATION_COLLECTED,
+            purpose="key_release",
+            model=entry.name,
+            tee=release.tee,
+            recorded=release.recorded,
+            evidence_sm3=release.evidence_sm3,
+        )
+        await runtime.audit_event(
+            EventType.KEY_RELEASED,
+            model=entry.name,
+            manifest_digest=entry.manifest_digest or None,
+            kbs=release.kbs_url,
+            resource=release.resource,
+            tee=release.tee,
+            recorded=release.recorded,
+        )
 
     async def collect_for(self, report_data: bytes) -> Evidence:
         """Evidence over ``report_data`` from the configured provider (in a worker thread)."""
