@@ -39,12 +39,20 @@ class AnchorSet:
     checkpoints: list[SignedCheckpoint] = field(default_factory=list)
     timestamps: dict[bytes, bytes] = field(default_factory=dict)
     records: dict[tuple[str, int], bytes] = field(default_factory=dict)
+    conflicts: dict[tuple[str, int], set[bytes]] = field(default_factory=dict)
+    """Record positions shipped more than once with different chain hashes (a rebuilt chain
+    was shipped too): every hash seen. The log can match at most one of them."""
 
     def add(self, other: AnchorSet) -> None:
         seen = {(c.payload, c.signature) for c in self.checkpoints}
         self.checkpoints.extend(c for c in other.checkpoints if (c.payload, c.signature) not in seen)
         self.timestamps.update(other.timestamps)
-        self.records.update(other.records)
+        for key, h in other.records.items():
+            first = self.records.setdefault(key, h)
+            if first != h:
+                self.conflicts.setdefault(key, {first}).add(h)
+        for key, hashes in other.conflicts.items():
+            self.conflicts.setdefault(key, set()).update(hashes)
 
     def __bool__(self) -> bool:
         return bool(self.checkpoints or self.records)

@@ -305,7 +305,9 @@ def _check_anchors(
     if shipped:
         stored = {seq: h for seq, _, h in store.iter_hashes(chain, shipped[0][0], shipped[-1][0])}
         missing = [seq for seq, _ in shipped if seq not in stored]
-        altered = [seq for seq, h in shipped if seq in stored and stored[seq] != h]
+        altered = [
+            seq for seq, h in shipped if seq in stored and (stored[seq] != h or (chain, seq) in anchors.conflicts)
+        ]
         if missing:
             problems.append(
                 Problem(

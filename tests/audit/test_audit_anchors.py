@@ -346,3 +346,30 @@ async def test_dropped_or_rebuilt_tables_on_both_stores(backend: Backend, key, t
     assert not report.ok and {p.kind for c in report.chains for p in c.problems} == {"schema_altered"}
     with pytest.raises(AuditIntegrityError, match="tables"):
         await AuditLog.open(backend.settings(), key, start_ticker=False)
+
+
+@needs_rsyslog
+async def test_a_chain_rebuilt_with_the_key_is_caught_by_the_shipped_records(
+    sqlite_backend: Backend, key, collector: Rsyslog, pki: Pki
+) -> None:
+    """Host root with the checkpoint key deletes the log and writes a forged one of the same
+    length under the same chain id; the forged run is shipped too, but the first one was."""
+    settings = sqlite_backend.settings(syslog=syslog_settings(collector, pki, ship_records=True))
+    log = await AuditLog.open(settings, key, start_ticker=False)
+    for i in range(5):
+        await log.append(rpc_record_factory()(i))
+    await log.close()
+    for f in sqlite_backend.path.parent.glob("audit.db*"):
+        f.unlink()
+    log = await AuditLog.open(settings, key, start_ticker=False)
+    for i in range(5):
+        await log.append(rpc_record_factory()(i, principal="someone-else"))
+    await log.close()
+    collector.wait_for(lambda ls: sum(" checkpoint " in x for x in ls) >= 4)
+    anchors = load_anchors([collector.stream])
+    assert anchors.conflicts  # the same positions were shipped with two different hashes
+    with SqliteStore(sqlite_backend.path, readonly=True) as store:
+        assert verify_store(store, [key.public_key()]).ok  # on its own the forgery verifies
+        report = verify_store(store, [key.public_key()], anchors=anchors)
+    kinds = {p.kind for p in report.chains[0].problems}
+    assert {"anchor_record_altered", "anchor_missing"} <= kinds
