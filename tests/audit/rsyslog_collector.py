@@ -30,12 +30,15 @@ def free_port() -> int:
 class Rsyslog:
     """One rsyslogd process in ``directory``; ``start()`` (again after ``stop()``) keeps the port."""
 
-    def __init__(self, directory: Path, *, pki: Pki | None = None, port: int | None = None) -> None:
+    def __init__(
+        self, directory: Path, *, pki: Pki | None = None, port: int | None = None, require_client_cert: bool = False
+    ) -> None:
         if RSYSLOGD is None:
             raise RuntimeError("rsyslogd is not installed (run scripts/bootstrap)")
         self.dir = directory
         self.dir.mkdir(parents=True, exist_ok=True)
         self.pki = pki
+        self.require_client_cert = require_client_cert
         self.port = port or free_port()
         self.stream = self.dir / "stream.log"
         self.proc: subprocess.Popen[bytes] | None = None
@@ -49,7 +52,10 @@ class Rsyslog:
                 f' DefaultNetstreamDriverCertFile="{self.pki.server_cert}"'
                 f' DefaultNetstreamDriverKeyFile="{self.pki.server_key}"'
             )
-            module = 'module(load="imtcp" StreamDriver.Name="ossl" StreamDriver.Mode="1" StreamDriver.AuthMode="anon")'
+            auth = "x509/certvalid" if self.require_client_cert else "anon"
+            module = (
+                f'module(load="imtcp" StreamDriver.Name="ossl" StreamDriver.Mode="1" StreamDriver.AuthMode="{auth}")'
+            )
         return f"""
 global(workDirectory="{self.dir}" maxMessageSize="64k"{tls_global})
 {module}

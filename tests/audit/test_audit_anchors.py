@@ -56,15 +56,8 @@ def collector(tmp_path: Path, pki: Pki) -> Iterator[Rsyslog]:
 
 
 def syslog_settings(rs: Rsyslog, pki: Pki, **kw: object) -> SyslogSettings:
-    return SyslogSettings(
-        host="127.0.0.1",
-        port=rs.port,
-        tls=True,
-        ca_file=pki.ca_cert,
-        retry_interval_s=0.1,
-        flush_timeout_s=120,
-        **kw,  # type: ignore[arg-type]
-    )
+    options: dict[str, object] = {"retry_interval_s": 0.1, "flush_timeout_s": 120, **kw}
+    return SyslogSettings(host="127.0.0.1", port=rs.port, tls=True, ca_file=pki.ca_cert, **options)  # type: ignore[arg-type]
 
 
 async def wait_until(predicate, timeout_s: float = 60.0) -> None:  # type: ignore[no-untyped-def]
@@ -373,3 +366,30 @@ async def test_a_chain_rebuilt_with_the_key_is_caught_by_the_shipped_records(
         report = verify_store(store, [key.public_key()], anchors=anchors)
     kinds = {p.kind for p in report.chains[0].problems}
     assert {"anchor_record_altered", "anchor_missing"} <= kinds
+
+
+@needs_rsyslog
+async def test_a_collector_that_requires_client_certificates(
+    sqlite_backend: Backend, key, pki: Pki, tmp_path: Path
+) -> None:
+    """Mutual TLS: without a client certificate the collector refuses the session (recorded as
+    the collector being down); with one issued by the collector's CA the anchors arrive."""
+    rs = Rsyslog(tmp_path / "mtls-rsyslog", pki=pki, require_client_cert=True)
+    rs.start()
+    try:
+        no_cert = sqlite_backend.settings(node_id="no-cert", syslog=syslog_settings(rs, pki, flush_timeout_s=0))
+        log = await AuditLog.open(no_cert, key, start_ticker=False)
+        await log.append(rpc_record_factory()(0))
+        await wait_until(lambda: log.shipper is not None and log.shipper.last_error is not None)
+        await log.close()
+        settings = sqlite_backend.settings(
+            syslog=syslog_settings(rs, pki, client_cert_file=pki.client_cert, client_key_file=pki.client_key)
+        )
+        log = await AuditLog.open(settings, key, start_ticker=False)
+        await log.append(rpc_record_factory()(0))
+        await log.close()
+        lines = rs.wait_for(lambda ls: any('kind="close"' in x and 'chain="node-a"' in x for x in ls))
+    finally:
+        rs.stop()
+    assert not any('chain="no-cert"' in x for x in lines)
+    assert [a.checkpoint.kind.value for a in parse_text("\n".join(lines)).checkpoints] == ["open", "close"]
