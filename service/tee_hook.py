@@ -76,7 +76,11 @@ class TeeHook:
         except EvidenceError as exc:
             raise TeeStartupError(f"tee.provider {settings.provider}: {exc}") from None
         hook = cls(settings, provider)
-        if provider.tee == TEE_NONE:
+        try:
+            tee = provider.tee
+        except EvidenceError as exc:
+            raise TeeStartupError(f"the TEE evidence provider failed at start: {exc}") from None
+        if tee == TEE_NONE:
             return hook
         if provider.recorded:
             log.warning(

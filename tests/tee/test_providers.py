@@ -44,7 +44,10 @@ def test_configfs_tdx_round_trip_and_cleanup(root: Path) -> None:
 
 
 def test_configfs_snp_reads_auxblob(root: Path) -> None:
-    evidence = ConfigfsTsmProvider(root, None, ops=KernelConfigfs("sev_guest")).collect(b"\x07" * 64)
+    provider = ConfigfsTsmProvider(root, None, ops=KernelConfigfs("sev_guest"))
+    assert provider.tee == "snp"  # probed from the kernel's provider attribute
+    assert list(root.iterdir()) == []
+    evidence = provider.collect(b"\x07" * 64)
     assert evidence.tee == "snp" and evidence.aux == b"\x01CERT-TABLE"
     assert parse_snp_report(evidence.raw).report_data == b"\x07" * 64
 
@@ -85,8 +88,12 @@ def test_kernel_einval_is_a_provider_error(root: Path) -> None:
 
 
 def test_missing_configfs_is_provider_missing(tmp_path: Path) -> None:
+    provider = ConfigfsTsmProvider(tmp_path / "absent", ops=KernelConfigfs())
     with pytest.raises(EvidenceError) as err:
-        ConfigfsTsmProvider(tmp_path / "absent", ops=KernelConfigfs()).collect(b"x")
+        provider.collect(b"x")
+    assert err.value.reason is TeeReason.PROVIDER_MISSING
+    with pytest.raises(EvidenceError) as err:
+        _ = provider.tee
     assert err.value.reason is TeeReason.PROVIDER_MISSING
 
 

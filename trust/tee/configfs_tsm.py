@@ -85,7 +85,38 @@ class ConfigfsTsmProvider:
         self.root = Path(root)
         self.expected_provider = expected_provider
         self.ops = ops or ConfigfsOps()
-        self.tee = PROVIDERS[expected_provider] if expected_provider else "tsm"
+        self._tee = PROVIDERS[expected_provider] if expected_provider else None
+
+    @property
+    def tee(self) -> str:
+        """The KBS TEE name (``tdx``, ``snp``, ``cca``): the expected provider's, or the one a probe
+        report names. Raises EvidenceError (``provider_missing``, ``provider_error``)."""
+        if self._tee is None:
+            self._tee = PROVIDERS[self._probe()]
+        return self._tee
+
+    def _probe(self) -> str:
+        if not self.root.is_dir():
+            raise EvidenceError(
+                TeeReason.PROVIDER_MISSING, f"no configfs-tsm report directory at {self.root} (no TEE guest?)"
+            )
+        report = self.root / f"xinserve-{secrets.token_hex(8)}"
+        try:
+            self.ops.mkdir(report)
+        except OSError as exc:
+            raise EvidenceError(TeeReason.PROVIDER_ERROR, f"cannot create a report: {exc.strerror}") from None
+        try:
+            provider = self.ops.read(report / "provider", 256).decode("ascii", "replace").strip()
+        except OSError as exc:
+            raise EvidenceError(TeeReason.PROVIDER_ERROR, f"cannot read the provider: {exc.strerror}") from None
+        finally:
+            try:
+                self.ops.rmdir(report)
+            except OSError:
+                pass
+        if provider not in PROVIDERS:
+            raise EvidenceError(TeeReason.PROVIDER_ERROR, f"unknown configfs-tsm provider {provider[:40]!r}")
+        return provider
 
     def collect(self, report_data: bytes) -> Evidence:
         """Write ``report_data`` (≤ 64 bytes) to a fresh report and read its evidence.

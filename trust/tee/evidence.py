@@ -8,7 +8,7 @@ key broker's or the client's verifier's job.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from trust.tee.errors import EvidenceError, TeeReason
@@ -48,7 +48,6 @@ class Evidence:
     generation: int = -1
     provider: str = ""
     recorded: bool = False
-    extra: dict[str, str] = field(default_factory=dict)
 
 
 @runtime_checkable
@@ -57,12 +56,15 @@ class EvidenceProvider(Protocol):
 
     ``tee`` is the KBS ``tee`` name the provider produces (``none`` for no TEE).
     ``collect`` is blocking (file or ioctl I/O): call it from a worker thread in async code.
-    It raises :class:`EvidenceError` (with a :class:`TeeReason`) and nothing else for a failure
-    of the provider, and ``ValueError``-free: bad report data is an EvidenceError too.
+    Every failure, bad report data included, is an :class:`EvidenceError` with a
+    :class:`TeeReason`.
     """
 
-    tee: str
-    recorded: bool
+    @property
+    def tee(self) -> str: ...
+
+    @property
+    def recorded(self) -> bool: ...
 
     def collect(self, report_data: bytes) -> Evidence: ...
 

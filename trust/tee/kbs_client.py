@@ -32,7 +32,16 @@ from joserfc.jwk import ECKey
 
 from trust.tee.binding import kbs_report_data, runtime_data
 from trust.tee.errors import EvidenceError, KeyReleaseError, TeeReason
-from trust.tee.evidence import TEE_CCA, TEE_CSV, TEE_SAMPLE, TEE_SNP, TEE_TDX, Evidence, EvidenceProvider
+from trust.tee.evidence import (
+    TEE_CCA,
+    TEE_CSV,
+    TEE_NONE,
+    TEE_SAMPLE,
+    TEE_SNP,
+    TEE_TDX,
+    Evidence,
+    EvidenceProvider,
+)
 
 PROTOCOL_VERSION = "0.4.0"
 SESSION_COOKIE = "kbs-session-id"
@@ -158,7 +167,10 @@ class KbsClient:
         return response
 
     def auth(self) -> KbsSession:
-        """Step 1: a new session and its challenge nonce. Raises KeyReleaseError."""
+        """Step 1: a new session and its challenge nonce. Raises KeyReleaseError, or EvidenceError
+        (before any request) when there is no TEE to attest."""
+        if self.provider.tee == TEE_NONE:
+            raise EvidenceError(TeeReason.NO_TEE, "no TEE evidence provider: nothing to attest to a KBS")
         http = self._http()
         try:
             body = {"version": PROTOCOL_VERSION, "tee": self.provider.tee, "extra-params": ""}
