@@ -2,10 +2,12 @@
 
 Framing is octet counting (``MSG-LEN SP SYSLOG-MSG``, RFC 6587 section 3.4.1 and RFC 5425
 section 4.3), which rsyslog's ``imtcp`` and syslog-ng's ``network()`` source accept on the
-same port as LF-terminated messages. Messages leave in the order they were offered; one that
-could not be written stays first in the buffer and is resent after reconnecting (so a
-collector may see it twice; ``verify`` takes duplicates as one). Syslog over TCP has no
-application acknowledgement: what the kernel accepted but a collector lost in a crash is not
+same port as LF-terminated messages. Messages leave in the order they were offered. A session
+that breaks (a failed write, or the collector closing it or refusing it with a TLS alert, which
+a reader on the otherwise silent connection notices) is reopened, and the last messages written
+on it (up to 256) are sent again with what was still buffered: syslog over TCP has no
+application acknowledgement, so a collector may see a message twice (``verify`` takes
+duplicates as one), and what a collector accepted but lost in a crash beyond those is not
 noticed here (RELP would; docs/audit.md says what this means).
 
 The buffer is bounded (``buffer_limit``). When it is full the oldest message is dropped and
@@ -51,6 +53,10 @@ SEVERITY_INFO = 6
 HEADROOM = 64
 """Messages kept beyond ``buffer_limit`` before anything is dropped: room for the checkpoints and
 shipping events written while new records are refused (``fail_closed``) once the limit is reached."""
+
+UNCONFIRMED = 256
+"""Messages written on the current session that are resent if it breaks (syslog over TCP has no
+acknowledgement, so what the collector lost with a dropped session cannot be known)."""
 
 StateCallback = Callable[[str, dict[str, Any]], Awaitable[None]]
 
@@ -106,6 +112,9 @@ class SyslogShipper:
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._writer: asyncio.StreamWriter | None = None
+        self._watch_task: asyncio.Task[None] | None = None
+        self._broken: BaseException | None = None
+        self._unconfirmed: collections.deque[_Message] = collections.deque(maxlen=UNCONFIRMED)
         self._up = False
         self._down = False
         self.lost = 0
@@ -213,6 +222,12 @@ class SyslogShipper:
     async def _run(self) -> None:
         retry = self.settings.retry_interval_s
         while True:
+            if self._broken is not None:
+                broken, self._broken = self._broken, None
+                await self._lost_connection(broken)
+                if self._buffer:
+                    await asyncio.sleep(retry)
+                continue
             if not self._buffer:
                 self._wake.clear()
                 await self._wake.wait()
@@ -229,20 +244,43 @@ class SyslogShipper:
             if msg.stamp_payload is not None:
                 await self._stamp(msg)
             frame = self._frame(msg)
+            writer = self._writer
+            if writer is None:
+                continue
             try:
-                assert self._writer is not None
-                self._writer.write(frame)
-                await asyncio.wait_for(self._writer.drain(), self.settings.connect_timeout_s * 4)
+                writer.write(frame)
+                await asyncio.wait_for(writer.drain(), self.settings.connect_timeout_s * 4)
             except (OSError, ssl.SSLError, TimeoutError, ConnectionError) as exc:
-                await self._disconnect()
-                await self._went_down(exc)
+                await self._lost_connection(exc)
                 await asyncio.sleep(retry)
                 continue
             if self._buffer and self._buffer[0] is msg:
                 self._buffer.popleft()
+            self._unconfirmed.append(msg)
             self.sent += 1
             metrics.ANCHORS_SENT.inc()
             metrics.ANCHORS_BUFFERED.set(len(self._buffer))
+
+    async def _lost_connection(self, exc: BaseException) -> None:
+        """The session ended: resend what was written on it lately (it may not have arrived)."""
+        await self._disconnect()
+        self._buffer.extendleft(reversed(self._unconfirmed))
+        self._unconfirmed.clear()
+        metrics.ANCHORS_BUFFERED.set(len(self._buffer))
+        await self._went_down(exc)
+
+    async def _watch(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """A collector sends nothing: end of stream or an error (a TLS alert, e.g. a refused
+        client certificate) means the session is gone, even while there is nothing to write."""
+        try:
+            while await reader.read(4096):
+                pass
+            exc: BaseException = ConnectionResetError("the collector closed the connection")
+        except Exception as raised:
+            exc = raised
+        if self._writer is writer and self._broken is None:
+            self._broken = exc
+            self._wake.set()
 
     async def _stamp(self, msg: _Message) -> None:
         from audit.timestamping import TimestampError, fetch_timestamp
@@ -277,7 +315,7 @@ class SyslogShipper:
 
     async def _connect(self) -> None:
         s = self.settings
-        _, writer = await asyncio.wait_for(
+        reader, writer = await asyncio.wait_for(
             asyncio.open_connection(
                 s.host,
                 s.port,
@@ -287,9 +325,14 @@ class SyslogShipper:
             s.connect_timeout_s,
         )
         self._writer = writer
+        self._unconfirmed.clear()
+        self._watch_task = asyncio.create_task(self._watch(reader, writer), name="audit-syslog-watch")
 
     async def _disconnect(self) -> None:
         writer, self._writer = self._writer, None
+        watch, self._watch_task = self._watch_task, None
+        if watch is not None and watch is not asyncio.current_task():
+            watch.cancel()
         if writer is not None:
             writer.close()
             with contextlib.suppress(Exception):
