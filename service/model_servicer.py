@@ -15,7 +15,7 @@ _STATE = {
     ModelState.FAILED: model_pb2.MODEL_STATE_FAILED,
 }
 # Roles that see the verifier's and loader's detail (file names); others get codes and safe text.
-_PRIVILEGED = frozenset({"admin", "auditor"})
+_PRIVILEGED = frozenset({"admin", "security_admin", "auditor"})
 _VERIFICATION = {
     Verification.NOT_CHECKED: model_pb2.VERIFICATION_STATUS_NOT_CHECKED,
     Verification.VERIFIED: model_pb2.VERIFICATION_STATUS_VERIFIED,
