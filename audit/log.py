@@ -95,6 +95,9 @@ class AuditLog(ChainRecovery, Scheduling, Reading):
 
     async def _shipping_event(self, state: str, detail: dict[str, Any]) -> None:
         outcome = {"up": "OK", "lost": "DATA_LOSS"}.get(state, "UNAVAILABLE")
+        if self._closing:  # after the closing checkpoint nothing may be appended: log it only
+            log.warning("audit_anchor_shipping_at_close", state=state, **detail)
+            return
         with contextlib.suppress(AuditUnavailable):
             await self.append(
                 AuditRecord(
@@ -214,6 +217,7 @@ class AuditLog(ChainRecovery, Scheduling, Reading):
         """Flush everything queued, write the closing checkpoint, release the store."""
         if self._closed:
             return
+        self._closing = True
         if self._ticker_task is not None:
             self._ticker_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):

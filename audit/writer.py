@@ -114,6 +114,9 @@ class LogCore:
         self._ticker_task: asyncio.Task[None] | None = None
         self._healthy = True
         self._closed = False
+        self._closing = False
+        """Set when ``close`` starts: the log's own events are no longer appended (they would
+        follow the closing checkpoint)."""
         self.last_error: str | None = None
         self.recovery: RecoveryInfo | None = None
         self.disk_warning: str | None = None
