@@ -22,6 +22,7 @@ from audit import AuditError, AuditLog, ContentCapture, EventType
 from audit.log import load_signer
 from engine_backends.builtin_models import builtin_models
 from engine_backends.platforms import PlatformProfile, resolve_device
+from engine_backends.vllm_compat import engine_version
 from engine_backends.vllm_engine import VllmEngine
 from service import metrics
 from service.audit_trail import AuditTrail
@@ -29,6 +30,7 @@ from service.auth import Authenticator, load_token_file
 from service.config import Settings
 from service.frontend import Frontend
 from service.logs import get_logger
+from service.model_metrics import export_runtime
 from service.runtime import ModelEntry, ModelState, Runtime, Verification
 from service.server_servicer import server_version
 from service.tee_hook import TeeHook, TeeStartupError
@@ -244,6 +246,7 @@ class Server:
         runtime = Runtime(settings)
         runtime.audit = audit
         metrics.ENGINE_LOAD.source = runtime.ready_engines
+        export_runtime(lambda: runtime.models, server_version(), engine_version())
         await audit.event(
             EventType.START,
             version=server_version(),

@@ -24,6 +24,12 @@ def configure(log_format: str = "auto", level: str = "info") -> None:
         structlog.processors.add_log_level,
         structlog.processors.TimeStamper(fmt="iso", utc=True),
     ]
+    if json_output:
+        # ``exc_info`` (an engine crash's root cause) as a structured ``exception`` list of
+        # {exc_type, exc_value, frames: [{filename, lineno, name}]}; never local variables.
+        shared.append(
+            structlog.processors.ExceptionRenderer(structlog.tracebacks.ExceptionDictTransformer(show_locals=False))
+        )
     structlog.configure(
         processors=[structlog.contextvars.merge_contextvars, *shared, renderer],
         wrapper_class=structlog.make_filtering_bound_logger(numeric),
