@@ -26,7 +26,7 @@ from typing import Any
 from audit.anchors import AnchorSet
 from audit.chain import GENESIS, Checkpoint, CheckpointKind, SignedCheckpoint, Verifier, chain_hash
 from audit.config import MIN_RETENTION_DAYS
-from audit.errors import AuditEncodingError, AuditRangeError
+from audit.errors import AuditEncodingError, AuditRangeError, UnknownChainError
 from audit.records import MAX_SAFE_INT
 from audit.stores.base import Store
 
@@ -164,12 +164,19 @@ def verify_store(
     _check_range(start, end)
     trusted = {k.key_id: k for k in keys}
     anchor_set = anchors if isinstance(anchors, AnchorSet) else AnchorSet(checkpoints=list(anchors))
-    schema = store.schema_problems()
+    # No audit table at all is an empty store (anchors decide whether it should hold something);
+    # some tables, or tables with other columns, are tampering.
+    schema = store.schema_problems() if store.schema_exists() else []
     if schema:
         report = ChainReport(chain="*")
         report.problems.extend(Problem("schema_altered", f"{p}: the store was tampered with") for p in schema)
         return VerifyReport([report])
     anchored_chains = {a.checkpoint.chain for a in anchor_set.checkpoints} | {c for c, _ in anchor_set.records}
+    if not store.schema_exists():
+        if chain is not None and chain not in anchored_chains:
+            raise UnknownChainError(chain, [])
+        wanted = {chain} if chain is not None else anchored_chains
+        return VerifyReport([gone_chain_report(c, anchor_set) for c in sorted(wanted & anchored_chains)])
     if chain is not None:
         if chain not in anchored_chains:
             store.require_chain(chain)

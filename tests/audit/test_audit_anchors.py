@@ -422,3 +422,10 @@ async def test_a_collector_restart_loses_no_anchor(sqlite_backend: Backend, key,
     assert set(record_seqs(lines)) == set(range(1, last + 1))
     with SqliteStore(sqlite_backend.path, readonly=True) as store:
         assert verify_store(store, [key.public_key()], anchors=load_anchors([rs.stream])).ok
+
+
+def test_a_store_without_tables_is_empty_unless_anchors_say_otherwise(tmp_path: Path, key) -> None:
+    db = tmp_path / "audit.db"
+    db.touch()
+    with SqliteStore(db, readonly=True) as store:
+        assert verify_store(store, [key.public_key()]).chains == []
