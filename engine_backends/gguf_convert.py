@@ -9,7 +9,9 @@ layout: ``config.json``, ``generation_config.json``, ``model.safetensors`` (floa
 ``tokenizer.json``, ``tokenizer_config.json`` and ``chat_template.jinja``.
 
 Same package file and same library versions give byte-identical files, so the same manifest
-digest (``transformers_version`` is written into the JSON files).
+digest (``transformers_version`` is written into the JSON files). Nothing is looked up online:
+``local_files_only=True`` is passed explicitly, which also keeps the saved tokenizer config
+the same whether or not ``HF_HUB_OFFLINE`` is set.
 """
 
 from __future__ import annotations
@@ -173,7 +175,7 @@ def convert_gguf(
     stages = _bar(3, "converting", "step") if progress else None
     try:
         with _stage(stages, "converting: tokenizer and chat template"):
-            tokenizer = AutoTokenizer.from_pretrained(target, gguf_file=copy.name)
+            tokenizer = AutoTokenizer.from_pretrained(target, gguf_file=copy.name, local_files_only=True)
             if context_length is not None:
                 tokenizer.model_max_length = context_length
         with _stage(stages, "converting: dequantising weights to float32"):
@@ -182,6 +184,7 @@ def convert_gguf(
                 gguf_file=copy.name,
                 dtype=torch.float32,
                 quantization_config=GgufConfig(dequantize=True),
+                local_files_only=True,
             )
         with _stage(stages, "converting: writing safetensors"):
             copy.unlink()

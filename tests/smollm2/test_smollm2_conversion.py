@@ -85,7 +85,12 @@ def test_serve_without_the_package_exits_3_saying_what_to_install(tmp_path, monk
 
 
 @SLOW
-def test_same_wheel_gives_the_same_manifest_digest(smollm2_dir, tmp_path):
+def test_same_wheel_gives_the_same_manifest_digest(smollm2_dir, tmp_path, monkeypatch):
+    import huggingface_hub.constants
+
+    # The cached copy was converted offline (HF_HUB_OFFLINE=1, as the server sets it); this one
+    # is converted with offline mode off: the files must not depend on it.
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
     fresh = tmp_path / "fresh"
     fresh.mkdir()
     convert_gguf(SMOLLM2_GGUF, fresh, context_length=SMOLLM2_CONTEXT, progress=False)
