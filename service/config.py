@@ -83,35 +83,9 @@ class AuthSettings(_Model):
     """Refuse calls with neither a valid token nor a client certificate (UNAUTHENTICATED)."""
 
 
-class ModelSettings(_Model):
-    """A model served from a local directory."""
-
-    name: str = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9._:/-]*$")
-    path: Path
-    kind: Literal["generate", "embed"] = "generate"
-    lora: dict[str, Path] = Field(default_factory=dict)
-    """LoRA adapter name -> local directory."""
-
-
-class TrustSettings(_Model):
-    """Signature verification of models (and of the running image) before anything is served."""
-
-    trust_store_dir: Path | None = None
-    """Trusted SM2 public keys and revocations (docs/signing.md). The embedded default models
-    use the local demo trust store under data_dir instead."""
-    allow_unsigned_models: bool = False
-    """Serve models whose verification fails (development only: warned and recorded)."""
-    image_signature_file: Path | None = None
-    """DSSE envelope signing the running container image (``xinserve sign image``)."""
-    image_digest: str | None = Field(default=None, pattern=r"^sha256:[0-9a-f]{64}$")
-    """Digest of the running image (e.g. from the orchestrator); checked against the signature."""
-
-
-class EngineSettings(_Model):
+class EngineArgsSettings(_Model):
     """vLLM engine arguments (names as vLLM's EngineArgs). None = vLLM's or the device's default."""
 
-    device: str = "auto"
-    visible_devices: str | None = None
     dtype: str | None = None
     max_model_len: int | None = Field(default=None, ge=16)
     kv_cache_memory_bytes: int | None = Field(default=None, ge=16 * 1024 * 1024)
@@ -130,16 +104,50 @@ class EngineSettings(_Model):
     max_logprobs: int | None = Field(default=None, ge=0)
     seed: int | None = None
 
+    def engine_args(self) -> dict[str, Any]:
+        """The vLLM EngineArgs overrides that are set."""
+        return {k: v for k, v in self.model_dump().items() if v is not None and k not in ("device", "visible_devices")}
+
+
+class ModelSettings(_Model):
+    """A model served from a local directory."""
+
+    name: str = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9._:/-]*$")
+    path: Path
+    kind: Literal["generate", "embed"] = "generate"
+    lora: dict[str, Path] = Field(default_factory=dict)
+    """LoRA adapter name -> local directory."""
+    engine: EngineArgsSettings = Field(default_factory=EngineArgsSettings)
+    """vLLM engine arguments for this model only; those set override ``engine.*``."""
+
+
+class TrustSettings(_Model):
+    """Signature verification of models (and of the running image) before anything is served."""
+
+    trust_store_dir: Path | None = None
+    """Trusted SM2 public keys and revocations (docs/signing.md). The embedded default models
+    use the local demo trust store under data_dir instead."""
+    allow_unsigned_models: bool = False
+    """Serve models whose verification fails (development only: warned and recorded)."""
+    image_signature_file: Path | None = None
+    """DSSE envelope signing the running container image (``xinserve sign image``)."""
+    image_digest: str | None = Field(default=None, pattern=r"^sha256:[0-9a-f]{64}$")
+    """Digest of the running image (e.g. from the orchestrator); checked against the signature."""
+
+
+class EngineSettings(EngineArgsSettings):
+    """The engine: its device, and vLLM engine arguments for every model (a model's own
+    ``engine`` section overrides them for that model)."""
+
+    device: str = "auto"
+    visible_devices: str | None = None
+
     @field_validator("device")
     @classmethod
     def _device(cls, value: str) -> str:
         if value not in DEVICE_CHOICES:
             raise ValueError(f"must be one of {', '.join(DEVICE_CHOICES)}")
         return value
-
-    def engine_args(self) -> dict[str, Any]:
-        """The vLLM EngineArgs overrides that are set."""
-        return {k: v for k, v in self.model_dump().items() if v is not None and k not in ("device", "visible_devices")}
 
 
 class AdmissionSettings(_Model):
