@@ -14,6 +14,7 @@ clients/java/mvnw -B -q -ntp -f clients/java/pom.xml install -Dmaven.test.skip=t
 clients/java/mvnw -B -q -ntp -f benchmarks/java_client/pom.xml package
 
 uv run --no-sync xinserve serve --listen "127.0.0.1:$PORT" --data-dir "$WORK/data" --no-metrics \
+  --builtin-model xinserve-tiny-llama --builtin-model all-MiniLM-L6-v2 \
   --drain-grace-seconds 5 >"$WORK/server.log" 2>&1 &
 SERVER=$!
 trap 'kill -TERM $SERVER 2>/dev/null; wait $SERVER 2>/dev/null || true' EXIT
