@@ -35,6 +35,11 @@ class EngineDeadError(EngineUnavailableError):
     process (maps to UNAVAILABLE without a retry hint: retrying here cannot succeed)."""
 
 
+class EngineAbortedError(EngineError):
+    """The request was aborted (``Engine.abort``) before it produced its result (maps to
+    CANCELLED)."""
+
+
 class EngineFailureError(EngineError):
     """The engine failed the request for a reason that is not the client's (maps to INTERNAL)."""
 

@@ -16,6 +16,7 @@ from typing import Any
 
 from engine_backends import vllm_compat as vc
 from engine_backends.errors import (
+    EngineAbortedError,
     EngineDeadError,
     EngineFailureError,
     EngineUnavailableError,
@@ -109,6 +110,8 @@ class VllmEngine:
         self._recorder: _LoadRecorder | None = None
         self._defaults: dict[str, Any] = {}
         self._active: Counter[str] = Counter()
+        self._embed_ids: dict[str, list[str]] = {}  # an Embed's request id -> its per-input ids
+        self._aborted: set[str] = set()
         self._info: ModelInfo | None = None
 
     # -- lifecycle ---------------------------------------------------------------------
@@ -330,10 +333,16 @@ class VllmEngine:
             await stream.aclose()
 
     async def abort(self, request_id: str) -> bool:
+        """Abort a running generation or embedding; False if ``request_id`` is not running."""
         llm = self._llm
         if llm is None or request_id not in self._active:
             return False
-        await llm.abort(request_id)
+        parts = self._embed_ids.get(request_id)
+        if parts is not None:
+            self._aborted.add(request_id)
+            await llm.abort(parts)
+        else:
+            await llm.abort(request_id)
         return True
 
     @contextmanager
@@ -371,18 +380,30 @@ class VllmEngine:
                 raise InvalidRequestError(f"inputs[{i}]", f"the input is {len(ids)} tokens; the limit is {limit}")
             encoded.append(ids)
 
+        parts = [f"{request_id}-{i}" for i in range(len(encoded))]
+        aborted = EngineAbortedError(f"request {request_id!r} was aborted")
+
         async def one(i: int, ids: list[int]) -> list[float]:
             engine_input = await vc.render_token_prompt(llm, ids)
             result = None
-            async for out in llm.encode(engine_input, params, f"{request_id}-{i}"):
+            async for out in llm.encode(engine_input, params, parts[i]):
                 result = out
+            if request_id in self._aborted:  # vLLM ends an aborted pooling request with an empty output
+                raise aborted
             if result is None:
                 raise EngineFailureError("the engine returned no embedding")
             return [float(x) for x in result.outputs.data.tolist()]
 
         rejected = InvalidRequestError("inputs", "the engine rejected the inputs")
-        with self._running(request_id, rejected, (vc.VLLMClientError,)):
-            vectors = await asyncio.gather(*(one(i, ids) for i, ids in enumerate(encoded)))
+        self._embed_ids[request_id] = parts
+        try:
+            with self._running(request_id, rejected, (vc.VLLMClientError,)):
+                vectors = await asyncio.gather(*(one(i, ids) for i, ids in enumerate(encoded)))
+            if request_id in self._aborted:
+                raise aborted
+        finally:
+            self._embed_ids.pop(request_id, None)
+            self._aborted.discard(request_id)
         return EmbedResult(vectors=list(vectors), prompt_tokens=sum(len(e) for e in encoded))
 
 

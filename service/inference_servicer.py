@@ -84,6 +84,9 @@ class InferenceServicer(inference_pb2_grpc.InferenceServiceServicer):
         options = sampling_options(sp, engine.info, self._limits, v)
         v.raise_if_any()
         info.manifest_digest = self._rt.models[request.model].manifest_digest or None
+        adapter = self._rt.adapter_for(request.model, options.lora_name)
+        if adapter is not None:
+            info.audit_detail.update(adapter.audit_detail())
         info.prompt = _audited_prompt(prompt, prompt_ids, messages)
         if rid in self.active:
             raise RpcError(
@@ -233,7 +236,8 @@ class InferenceServicer(inference_pb2_grpc.InferenceServiceServicer):
         info.manifest_digest = self._rt.models[request.model].manifest_digest or None
         info.prompt = "\x1e".join(request.inputs)
         normalize = request.normalize if request.HasField("normalize") else None
-        result = await engine.embed(rid, list(request.inputs), normalize)
+        with self._rt.running_request(rid, engine, info.principal.name):
+            result = await engine.embed(rid, list(request.inputs), normalize)
         info.prompt_tokens = result.prompt_tokens
         metrics.PROMPT_TOKENS.labels(engine.info.name).inc(result.prompt_tokens)
         return inference_pb2.EmbedResponse(

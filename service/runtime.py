@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import enum
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -250,6 +252,26 @@ class Runtime:
                 metadata={"lora_adapter": lora_name[:128], "reason": adapter.verification_reason},
             )
         return adapter
+
+    @contextmanager
+    def running_request(self, request_id: str, engine: Engine, principal: str) -> Iterator[None]:
+        """Hold ``request_id`` as running on ``engine`` for ``principal`` (what Abort finds);
+        the same rule for every inference call: an id already running is refused.
+
+        Raises:
+            RpcError: ALREADY_EXISTS when ``request_id`` is running (any call kind).
+        """
+        if request_id in self.active_requests:
+            raise RpcError(
+                grpc.StatusCode.ALREADY_EXISTS,
+                f"request id {request_id!r} is already running",
+                "DUPLICATE_REQUEST_ID",
+            )
+        self.active_requests[request_id] = (engine, principal)
+        try:
+            yield
+        finally:
+            self.active_requests.pop(request_id, None)
 
     def ready_engines(self) -> list[tuple[str, Engine]]:
         return [

@@ -17,6 +17,7 @@ from google.rpc import code_pb2, error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
 from engine_backends.errors import (
+    EngineAbortedError,
     EngineDeadError,
     EngineError,
     EngineFailureError,
@@ -107,6 +108,8 @@ def from_engine_error(exc: EngineError) -> RpcError:
         return invalid_argument([FieldViolation(exc.field, exc.description)])
     if isinstance(exc, UnknownLoraError):
         return RpcError(grpc.StatusCode.NOT_FOUND, str(exc), "LORA_NOT_FOUND")
+    if isinstance(exc, EngineAbortedError):
+        return RpcError(grpc.StatusCode.CANCELLED, "the request was aborted (Abort)", "ABORTED")
     if isinstance(exc, EngineDeadError):
         return RpcError(grpc.StatusCode.UNAVAILABLE, str(exc), "ENGINE_DIED")
     if isinstance(exc, EngineUnavailableError):
