@@ -24,6 +24,8 @@ from engine_backends.platforms import PROFILES
 from service.config import Settings
 
 ray = pytest.importorskip("ray", reason="ray is a dev dependency (uv sync installs it)")
+# Two Ray node processes and vLLM's import take minutes on a loaded 2-core machine.
+pytestmark = pytest.mark.timeout(1500)
 
 RAY = str(Path(sys.executable).parent / "ray")
 ENV = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
@@ -73,11 +75,22 @@ def ray_cluster(tmp_path_factory) -> Iterator[str]:
         else:
             pytest.fail("the Ray head did not come up within 300 s")
         worker = _start(f"--address={address}")
-        ray.init(address=address, log_to_driver=False)
-        for _ in range(300):
+        # The nodes registered as 127.0.0.1: the driver must look for its local node there too.
+        for attempt in range(30):
+            try:
+                ray.init(address=address, _node_ip_address="127.0.0.1", log_to_driver=False)
+                break
+            except (ConnectionError, RuntimeError):
+                if attempt == 29:
+                    raise
+                time.sleep(2)
+        for _ in range(900):
             if len([n for n in ray.nodes() if n["Alive"]]) == 2:
                 break
+            assert worker.poll() is None, "the second ray node process exited"
             time.sleep(1)
+        else:
+            pytest.fail("the second Ray node did not join within 900 s")
         yield address
     finally:
         ray.shutdown()
