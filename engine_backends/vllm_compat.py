@@ -32,6 +32,7 @@ __all__ = [
     "EngineGenerateError",
     "LoRARequest",
     "StatLoggerBase",
+    "StructuredOutputCheck",
     "VLLMClientError",
     "build_engine",
     "engine_process_ids",
@@ -232,6 +233,53 @@ def make_sampling_params(opts: SamplingOptions, defaults: Mapping[str, Any], str
         kwargs["structured_outputs"] = StructuredOutputsParams(**so_kwargs)
     kwargs["output_kind"] = RequestOutputKind.DELTA if stream else RequestOutputKind.FINAL_ONLY
     return SamplingParams(**kwargs)
+
+
+class StructuredOutputCheck:
+    """Tells whether a structured-output constraint can produce any output at all, by
+    compiling it with xgrammar (vLLM's default structured-output backend) for the model's
+    tokenizer and asking which tokens may come first.
+
+    A constraint that admits no first token (``{"$ref": "#"}`` compiles to ``root ::= root``;
+    a regex that matches nothing) would make vLLM end the request with finish reason
+    ``error`` after one meaningless token. Blocking: call ``can_start`` from a worker thread.
+    """
+
+    def __init__(self, tokenizer: Any, vocab_size: int) -> None:
+        self._tokenizer = tokenizer
+        self._vocab_size = vocab_size
+        self._compiler: Any = None
+        self._lock = threading.Lock()
+
+    def _compile(self, kind: str, value: str) -> Any:
+        import xgrammar as xgr
+
+        with self._lock:
+            if self._compiler is None:
+                info = xgr.TokenizerInfo.from_huggingface(self._tokenizer, vocab_size=self._vocab_size)
+                self._compiler = xgr.GrammarCompiler(info)
+        if kind == "json_schema":
+            return self._compiler.compile_json_schema(value)
+        if kind == "regex":
+            return self._compiler.compile_regex(value)
+        return self._compiler.compile_grammar(value)
+
+    def can_start(self, kind: str, value: str | tuple[str, ...] | bool) -> bool:
+        """False only when the constraint compiles and admits no first token (stop included).
+        True for kinds it does not judge (choice, json_object) and for constraints xgrammar
+        cannot compile (vLLM then picks another backend or rejects them itself)."""
+        if kind not in ("json_schema", "regex", "grammar") or not isinstance(value, str):
+            return True
+        try:
+            import xgrammar as xgr
+
+            compiled = self._compile(kind, value)
+            matcher = xgr.GrammarMatcher(compiled)
+            bitmask = xgr.allocate_token_bitmask(1, self._vocab_size)
+            matcher.fill_next_token_bitmask(bitmask)
+            return bool(xgr.testing.bitmask_to_bool_mask(bitmask, self._vocab_size).any())
+        except Exception:
+            return True
 
 
 def make_pooling_params(normalize: bool | None) -> PoolingParams:

@@ -113,6 +113,7 @@ class VllmEngine:
         self._embed_ids: dict[str, list[str]] = {}  # an Embed's request id -> its per-input ids
         self._aborted: set[str] = set()
         self._info: ModelInfo | None = None
+        self._structured_check: vc.StructuredOutputCheck | None = None
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -154,6 +155,7 @@ class VllmEngine:
         self._llm = llm
         self._tokenizer = llm.get_tokenizer()
         self._defaults = vc.model_sampling_defaults(llm)
+        self._structured_check = vc.StructuredOutputCheck(self._tokenizer, int(llm.model_config.get_vocab_size()))
         mc = llm.model_config
         cache = llm.vllm_config.cache_config
         self._info = ModelInfo(
@@ -290,6 +292,11 @@ class VllmEngine:
         ids = await self._prompt_ids(request)
         so = request.sampling.structured_output
         rejected_field = f"sampling_params.{so.kind}" if so is not None else "sampling_params"
+        check = self._structured_check
+        if so is not None and check is not None and not await asyncio.to_thread(check.can_start, so.kind, so.value):
+            raise InvalidRequestError(
+                rejected_field, "the constraint admits no output (e.g. a schema that only refers to itself)"
+            )
         try:
             params = vc.make_sampling_params(request.sampling, self._defaults, request.stream)
         except ValueError as exc:
@@ -304,6 +311,8 @@ class VllmEngine:
         try:
             with self._running(rid, rejected, (vc.VLLMClientError, ValueError)):
                 async for out in stream:
+                    if any(c.finish_reason == "error" for c in out.outputs):
+                        raise EngineFailureError("the engine ended a completion with an error")
                     chunks = [
                         CompletionChunk(
                             index=int(c.index),
