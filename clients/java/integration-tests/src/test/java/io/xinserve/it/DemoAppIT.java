@@ -46,6 +46,7 @@ class DemoAppIT {
     registry.add("xinserve.client.address", () -> "dns:///127.0.0.1:" + s.server.port);
     registry.add("xinserve.client.plaintext", () -> "true");
     registry.add("xinserve.client.token", () -> LiveServers.TOKEN);
+    registry.add("demo.model", () -> LiveServers.TINY);
   }
 
   @BeforeAll
