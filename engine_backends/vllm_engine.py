@@ -7,6 +7,7 @@ Implements ``engine_backends.protocol.Engine``. All vLLM calls go through
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from collections import Counter
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
@@ -32,6 +33,7 @@ from engine_backends.protocol import (
     GenerationUpdate,
     ModelInfo,
     ModelKind,
+    SamplingOptions,
     TokenLogprob,
 )
 
@@ -299,8 +301,14 @@ class VllmEngine:
             )
         try:
             params = vc.make_sampling_params(request.sampling, self._defaults, request.stream)
-        except ValueError as exc:
-            raise InvalidRequestError(rejected_field, _REJECTED) from exc
+        except (ValueError, vc.VLLMClientError) as exc:
+            # vLLM's VLLMValidationError names the parameter it refused, in ``parameter`` or
+            # as the first word of its message ("min_tokens must be less than ...").
+            field = rejected_field
+            named = getattr(exc, "parameter", None) or str(exc).split(" ", 1)[0]
+            if named in {f.name for f in dataclasses.fields(SamplingOptions)}:
+                field = f"sampling_params.{named}"
+            raise InvalidRequestError(field, _REJECTED) from exc
         engine_input = await vc.render_token_prompt(llm, ids)
         rid = request.request_id
         stream = llm.generate(

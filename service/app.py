@@ -30,6 +30,7 @@ from service.auth import Authenticator, load_token_file
 from service.config import Settings
 from service.engine_watch import EngineWatch
 from service.frontend import Frontend
+from service.http_frontend import HttpFrontend
 from service.logs import get_logger
 from service.model_metrics import export_runtime
 from service.model_verification import copies_root, verify_and_load
@@ -190,6 +191,8 @@ class Server:
     frontend: Frontend
     profile: PlatformProfile
     trust_store: TrustStore | None = None
+    http: HttpFrontend | None = None
+    """The OpenAI-compatible HTTP listeners (``listen.http``, ``listen.https``), if any."""
     stop_requested: asyncio.Event = field(default_factory=asyncio.Event)
     exit_code: int = EXIT_OK
     watch: EngineWatch | None = None
@@ -233,12 +236,16 @@ class Server:
             raise StartupRefused(str(exc)) from None
         frontend = Frontend(runtime, settings, authenticator_for(settings), profile.device)
         await frontend.start()
+        http = None
+        if settings.listen.http or settings.listen.https:
+            http = HttpFrontend(frontend.core, frontend.inference, settings)
+            await http.start()
         entries, store = await model_entries(settings, profile, audit)
         for entry in entries:
             runtime.add_model(entry)
         for entry in runtime.models.values():
             await runtime.mark(entry, ModelState.LOADING)
-        return cls(settings, runtime, frontend, profile, store)
+        return cls(settings, runtime, frontend, profile, store, http=http)
 
     async def load_models(self) -> bool:
         """Verify then load every model; health turns SERVING if at least one is ready. Returns that."""
@@ -270,6 +277,8 @@ class Server:
         # whatever is still running (which aborts its engine requests).
         await self.runtime.wait_idle(grace)
         await self.frontend.stop(0)
+        if self.http is not None:
+            await self.http.stop()
         await self.runtime.shutdown_engines()
         if self.runtime.tee is not None:
             await asyncio.to_thread(self.runtime.tee.close)  # zero and remove decrypted models

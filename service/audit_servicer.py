@@ -16,7 +16,7 @@ from audit import AuditConfigError, AuditRangeError, EventType, QueryFilter, Unk
 from audit.records import MAX_SAFE_INT
 from audit.verify import ChainReport, VerifyReport
 from service.audit_trail import AuditTrail
-from service.call_context import call
+from service.call_context import CallRecord
 from service.runtime import Runtime
 from service.status import FieldViolation, RpcError, invalid_argument, not_found
 from service.validation import Violations
@@ -29,7 +29,7 @@ _MAX_LIMIT = 100_000
 _EXPORT_CHUNK_BYTES = 256 * 1024
 
 
-def _filter(request) -> QueryFilter:
+def _filter(request, info: CallRecord) -> QueryFilter:
     f = request.filter
     v = Violations()
     since = f.since_ms if f.HasField("since_ms") else None
@@ -59,7 +59,7 @@ def _filter(request) -> QueryFilter:
         event=f.event or None,
         limit=f.limit or _DEFAULT_LIMIT,
     )
-    detail = call().audit_detail
+    detail = info.audit_detail
     for key, value in (
         ("since_ms", since),
         ("until_ms", until),
@@ -87,7 +87,7 @@ class AuditServicer(audit_pb2_grpc.AuditServiceServicer):
         return self._trail().log
 
     async def QueryRecords(self, request, context):
-        flt = _filter(request)
+        flt = _filter(request, context.call)
         for row in await self._log().query(flt):
             yield audit_pb2.QueryRecordsResponse(
                 chain=row.chain,
@@ -102,7 +102,7 @@ class AuditServicer(audit_pb2_grpc.AuditServiceServicer):
             )
 
     async def ExportRecords(self, request, context):
-        flt = _filter(request)
+        flt = _filter(request, context.call)
         buffer: list[bytes] = []
         size = 0
         async for obj in self._log().stream(flt):
@@ -139,7 +139,7 @@ class AuditServicer(audit_pb2_grpc.AuditServiceServicer):
         if len(request.chain) > 512:
             v.add("chain", "is longer than 512 characters")
         v.raise_if_any()
-        detail = call().audit_detail
+        detail = context.call.audit_detail
         for key, value in (("chain", request.chain or None), ("from_seq", start), ("to_seq", end)):
             if value is not None:
                 detail[f"range_{key}"] = value

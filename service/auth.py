@@ -2,30 +2,36 @@
 
 Token file format (``auth.token_file``), one token per line, ``#`` starts a comment::
 
-    <principal> <sha256-hex of the token> [role,role...]
+    <principal> <sha256-hex of the token> [role,role...] [not_after=<RFC 3339 time>]
 
-Roles default to ``user``. Tokens are compared by SHA-256 digest in constant time
+Roles default to ``user``. A token past its ``not_after`` (e.g. ``not_after=2027-06-30T00:00:00Z``)
+is refused as expired. Tokens are compared by SHA-256 digest in constant time
 (``hmac.compare_digest``); the file never holds a token itself. Generate a line with
 ``xinserve token hash --principal NAME`` (prints a fresh token once and the line to store).
 """
 
 from __future__ import annotations
 
+import datetime
+import fnmatch
 import hashlib
 import hmac
 import re
 import secrets
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes
 
-from service.call_context import ANONYMOUS, Principal
+from service.call_context import Principal
+from service.config import MtlsRoleRule, default_roles
 
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 _PRINCIPAL = re.compile(r"^[\x21-\x7e]{1,256}$")
-KNOWN_ROLES = frozenset({"user", "admin", "auditor"})
+KNOWN_ROLES = frozenset(default_roles())
+"""The roles of the default policy (``auth.roles`` replaces them)."""
 
 
 class TokenFileError(Exception):
@@ -33,7 +39,15 @@ class TokenFileError(Exception):
 
 
 class AuthenticationFailed(Exception):
-    """Credentials were presented but are not valid. The message is safe for the client."""
+    """Credentials were presented but are not valid. The message is safe for the client.
+
+    Attributes:
+        principal: the principal the credential names, when known (an expired token).
+    """
+
+    def __init__(self, message: str, principal: str | None = None) -> None:
+        super().__init__(message)
+        self.principal = principal
 
 
 @dataclass(frozen=True)
@@ -41,6 +55,7 @@ class _TokenEntry:
     principal: str
     digest: bytes
     roles: frozenset[str]
+    not_after: datetime.datetime | None = None
 
 
 def hash_token(token: str) -> str:
@@ -53,28 +68,37 @@ def new_token() -> str:
     return secrets.token_urlsafe(32)
 
 
-def load_token_file(path: Path) -> list[_TokenEntry]:
-    """Parse the token file.
+def load_token_file(path: Path, known_roles: Iterable[str] = KNOWN_ROLES) -> list[_TokenEntry]:
+    """Parse the token file; roles must be among ``known_roles`` (the policy's roles).
 
     Raises:
         TokenFileError: a line is malformed (names the line number) or a role is unknown.
     """
+    known = frozenset(known_roles)
     entries: list[_TokenEntry] = []
     for number, raw in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
         line = raw.split("#", 1)[0].strip()
         if not line:
             continue
         parts = line.split()
+        not_after = None
+        if len(parts) > 2 and parts[-1].startswith("not_after="):
+            try:
+                not_after = datetime.datetime.fromisoformat(parts.pop().removeprefix("not_after="))
+            except ValueError:
+                raise TokenFileError(f"{path}:{number}: not_after must be an RFC 3339 time") from None
+            if not_after.tzinfo is None:
+                raise TokenFileError(f"{path}:{number}: not_after needs a time zone (e.g. Z)")
         if len(parts) not in (2, 3) or not _PRINCIPAL.match(parts[0]):
-            raise TokenFileError(f"{path}:{number}: expected '<principal> <sha256-hex> [roles]'")
+            raise TokenFileError(f"{path}:{number}: expected '<principal> <sha256-hex> [roles] [not_after=TIME]'")
         digest = parts[1].lower().removeprefix("sha256:")
         if not _HEX64.match(digest):
             raise TokenFileError(f"{path}:{number}: the second field must be 64 hex digits (SHA-256)")
         roles = frozenset(parts[2].split(",")) if len(parts) == 3 else frozenset({"user"})
-        unknown = roles - KNOWN_ROLES
+        unknown = roles - known
         if unknown:
             raise TokenFileError(f"{path}:{number}: unknown role(s) {', '.join(sorted(unknown))}")
-        entries.append(_TokenEntry(parts[0], bytes.fromhex(digest), roles))
+        entries.append(_TokenEntry(parts[0], bytes.fromhex(digest), roles, not_after))
     return entries
 
 
@@ -84,11 +108,44 @@ class Authenticator:
     Args:
         tokens: entries from the token file.
         required: refuse calls with no credentials (else they are ``anonymous``).
+        anonymous_roles: roles of a caller without credentials.
+        mtls_rules: roles of mTLS principals by subject or subjectAltName (first match).
+        mtls_default_roles: roles of an mTLS principal no rule matches.
     """
 
-    def __init__(self, tokens: list[_TokenEntry], required: bool) -> None:
+    def __init__(
+        self,
+        tokens: list[_TokenEntry],
+        required: bool,
+        anonymous_roles: Iterable[str] = ("user",),
+        mtls_rules: Sequence[MtlsRoleRule] = (),
+        mtls_default_roles: Iterable[str] = ("user",),
+    ) -> None:
         self._tokens = tokens
         self.required = required
+        self._anonymous = Principal("anonymous", "anonymous", frozenset(anonymous_roles))
+        self._mtls_rules = [
+            (re.compile(r.subject) if r.subject is not None else None, r.san, frozenset(r.roles)) for r in mtls_rules
+        ]
+        self._mtls_default = frozenset(mtls_default_roles)
+
+    @property
+    def tokens(self) -> list[_TokenEntry]:
+        return list(self._tokens)
+
+    def mtls_roles(self, cert: x509.Certificate) -> frozenset[str]:
+        """The roles of a client certificate: the first ``auth.mtls_roles`` rule whose subject
+        regex matches the whole RFC 4514 subject and whose SAN pattern matches one DNS name,
+        URI or e-mail subjectAltName (each condition only if given); else the default roles."""
+        subject = cert.subject.rfc4514_string()
+        sans = _subject_alt_names(cert)
+        for subject_re, san, roles in self._mtls_rules:
+            if subject_re is not None and not subject_re.fullmatch(subject):
+                continue
+            if san is not None and not any(fnmatch.fnmatchcase(name, san) for name in sans):
+                continue
+            return roles
+        return self._mtls_default
 
     def authenticate(self, authorization: str | None, auth_context: dict[str, list[bytes]]) -> Principal:
         """Return the caller's principal.
@@ -110,20 +167,33 @@ class Authenticator:
                     match = entry
             if match is None:
                 raise AuthenticationFailed("invalid bearer token")
+            if match.not_after is not None and datetime.datetime.now(datetime.UTC) >= match.not_after:
+                raise AuthenticationFailed("the bearer token has expired", match.principal)
             cert = _client_certificate(auth_context)
             fingerprint = cert.fingerprint(hashes.SHA256()).hex() if cert is not None else None
             return Principal(match.principal, "token", match.roles, fingerprint)
         cert = _client_certificate(auth_context)
         if cert is not None:
             return Principal(
-                cert.subject.rfc4514_string(), "mtls", frozenset({"user"}), cert.fingerprint(hashes.SHA256()).hex()
+                cert.subject.rfc4514_string(), "mtls", self.mtls_roles(cert), cert.fingerprint(hashes.SHA256()).hex()
             )
         if self.required:
             raise AuthenticationFailed("authentication required: send a bearer token or a client certificate")
-        return ANONYMOUS
+        return self._anonymous
 
 
 def _client_certificate(auth_context: dict[str, list[bytes]]) -> x509.Certificate | None:
     """The verified client certificate of an mTLS connection, if any."""
     pems = auth_context.get("x509_pem_cert")
     return x509.load_pem_x509_certificate(pems[0]) if pems else None
+
+
+def _subject_alt_names(cert: x509.Certificate) -> list[str]:
+    try:
+        ext = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    except x509.ExtensionNotFound:
+        return []
+    names: list[str] = []
+    for kind in (x509.DNSName, x509.UniformResourceIdentifier, x509.RFC822Name):
+        names.extend(ext.get_values_for_type(kind))
+    return names

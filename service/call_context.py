@@ -1,8 +1,14 @@
-"""Per-call information shared by the interceptor, the servicers and (later) the audit log."""
+"""The typed record of one call, passed explicitly from the front end through the call core to
+the operation and the audit trail.
+
+A front end (gRPC or OpenAI-compatible HTTP) creates it with ``CallCore.begin``; the
+operation fills in what it learns (model, token counts, the prompt and output for the audit
+digest); the call core turns it into one audit record, one metrics update and one log line.
+There is no ambient "current call": code that needs the record receives it as an argument.
+"""
 
 from __future__ import annotations
 
-import contextvars
 import time
 from dataclasses import dataclass, field
 
@@ -14,7 +20,7 @@ class Principal:
     Attributes:
         name: mTLS certificate subject (RFC 4514) or the token's principal, or "anonymous".
         auth_method: "mtls", "token" or "anonymous".
-        roles: e.g. {"user"}, {"admin"}, {"auditor"}.
+        roles: role names of the authorization policy (``auth.roles``), e.g. {"user"}.
         cert_fingerprint: SHA-256 hex of the client certificate's DER, for mTLS.
     """
 
@@ -28,8 +34,20 @@ ANONYMOUS = Principal("anonymous", "anonymous")
 
 
 @dataclass
-class CallInfo:
-    """One RPC as the pipeline sees it. ``request_id`` is replaced by the servicer's resolved id."""
+class CallRecord:
+    """One call as the call core sees it.
+
+    Attributes:
+        method: the operation's name: ``/xinserve.v1.<Service>/<Method>`` for gRPC,
+            ``openai/<endpoint>`` (e.g. ``openai/chat.completions``) for the HTTP front end.
+        peer: the transport's peer address (``ipv4:127.0.0.1:5000``).
+        request_id: the call's id (``x-request-id`` or generated); an operation replaces it
+            with the request's own ``request_id`` when one is given.
+        trace_id: W3C trace id (32 hex digits) of a valid ``traceparent``, else None.
+        front_end: ``grpc`` or ``openai``: the metrics label of the transport.
+        trace_headers: the W3C trace headers to pass on to the engine (``traceparent``,
+            ``tracestate``), re-rendered canonically; empty without a valid context.
+    """
 
     method: str
     peer: str
@@ -37,6 +55,8 @@ class CallInfo:
     trace_id: str | None
     principal: Principal = ANONYMOUS
     started: float = field(default_factory=time.monotonic)
+    front_end: str = "grpc"
+    trace_headers: dict[str, str] = field(default_factory=dict)
     model: str | None = None
     prompt_tokens: int = 0
     completion_tokens: int = 0
@@ -56,13 +76,5 @@ class CallInfo:
         return "\x1e".join("".join(self.output_parts[i]) for i in sorted(self.output_parts))
 
 
-current_call: contextvars.ContextVar[CallInfo | None] = contextvars.ContextVar("xinserve_call", default=None)
-
-
-def call() -> CallInfo:
-    """The current call's info (a blank one outside the pipeline, e.g. in unit tests)."""
-    info = current_call.get()
-    if info is None:
-        info = CallInfo(method="", peer="", request_id=None, trace_id=None)
-        current_call.set(info)
-    return info
+CallInfo = CallRecord
+"""Former name of ``CallRecord``, kept for callers that construct one directly."""

@@ -34,6 +34,15 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--config", type=Path, help="YAML configuration file")
     p.add_argument("--listen", action="append", metavar="HOST:PORT", help="plaintext listener (repeatable)")
     p.add_argument("--tls-listen", action="append", metavar="HOST:PORT", help="TLS listener (repeatable)")
+    p.add_argument(
+        "--http-listen", action="append", metavar="HOST:PORT", help="OpenAI-compatible HTTP listener (repeatable)"
+    )
+    p.add_argument(
+        "--https-listen",
+        action="append",
+        metavar="HOST:PORT",
+        help="OpenAI-compatible HTTPS listener (repeatable; --tls-cert/--tls-key, mTLS with --tls-client-ca)",
+    )
     p.add_argument("--tls-cert", type=Path, help="server certificate chain (PEM)")
     p.add_argument("--tls-key", type=Path, help="server private key (PEM)")
     p.add_argument("--tls-client-ca", type=Path, help="CA for client certificates: TLS listeners require mTLS")
@@ -128,6 +137,8 @@ def overrides_from_args(args: argparse.Namespace) -> dict[str, Any]:
     put("listen.tls", args.tls_listen)
     if args.tls_listen and not args.listen:
         put("listen.plaintext", [])
+    put("listen.http", args.http_listen)
+    put("listen.https", args.https_listen)
     put("listen.allow_insecure_remote", args.allow_insecure_remote)
     put("tls.cert_file", args.tls_cert)
     put("tls.key_file", args.tls_key)

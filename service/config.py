@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import re
 from pathlib import Path
 from typing import Any, Literal
 
@@ -50,16 +51,22 @@ def _check_address(address: str) -> str:
 
 
 class ListenSettings(_Model):
-    """Where the gRPC server listens."""
+    """Where the server listens: gRPC, and the OpenAI-compatible HTTP API."""
 
     plaintext: list[str] = Field(default_factory=lambda: ["127.0.0.1:50051"])
-    """Plaintext listeners (HOST:PORT); loopback only unless allow_insecure_remote."""
+    """Plaintext gRPC listeners (HOST:PORT); loopback only unless allow_insecure_remote."""
     tls: list[str] = Field(default_factory=list)
-    """TLS listeners (HOST:PORT); need tls.cert_file and tls.key_file."""
+    """TLS gRPC listeners (HOST:PORT); need tls.cert_file and tls.key_file."""
+    http: list[str] = Field(default_factory=list)
+    """Plaintext OpenAI-compatible HTTP listeners (HOST:PORT); loopback only unless
+    allow_insecure_remote."""
+    https: list[str] = Field(default_factory=list)
+    """OpenAI-compatible HTTPS listeners (HOST:PORT); the same tls.* files as gRPC (with
+    tls.client_ca_file they require a client certificate)."""
     allow_insecure_remote: bool = False
     """Allow a plaintext listener on a non-loopback address (not for production)."""
 
-    @field_validator("plaintext", "tls")
+    @field_validator("plaintext", "tls", "http", "https")
     @classmethod
     def _addresses(cls, value: list[str]) -> list[str]:
         return [_check_address(a) for a in value]
@@ -74,6 +81,58 @@ class TlsSettings(_Model):
     """When set, TLS listeners require a client certificate signed by this CA (mTLS)."""
 
 
+class RoleSettings(_Model):
+    """One role of the authorization policy."""
+
+    methods: list[str]
+    """Method-name patterns (shell-style) the role may call: ``xinserve.v1.InferenceService/*``,
+    ``xinserve.v1.AuditService/QueryRecords``, ``openai/*``."""
+    models: list[str] = Field(default_factory=lambda: ["*"])
+    """Model-name patterns the role may use in inference calls."""
+    duty: Literal["system", "security", "audit"] | None = None
+    """Administrator duty (三员分立): one principal may not hold two different duties."""
+    act_for_others: bool = False
+    """May act on other principals' requests (``Abort`` of a request it did not start)."""
+
+
+_SERVER_STATE = ["xinserve.v1.ModelService/*", "xinserve.v1.ServerService/*", "xinserve.v1.AttestationService/*"]
+
+
+def default_roles() -> dict[str, RoleSettings]:
+    """The default policy (README, Security): ``user`` runs inference; ``admin`` (system
+    administrator) runs inference and may abort anyone's request; ``security_admin`` reads
+    server state; ``auditor`` (audit administrator) reads the audit log and server state.
+    Server state is ModelService, ServerService and AttestationService."""
+    inference = ["xinserve.v1.InferenceService/*", "openai/*"]
+    return {
+        "user": RoleSettings(methods=[*inference, *_SERVER_STATE]),
+        "admin": RoleSettings(methods=[*inference, *_SERVER_STATE], duty="system", act_for_others=True),
+        "security_admin": RoleSettings(methods=list(_SERVER_STATE), duty="security"),
+        "auditor": RoleSettings(methods=["xinserve.v1.AuditService/*", *_SERVER_STATE], duty="audit"),
+    }
+
+
+class MtlsRoleRule(_Model):
+    """Roles for mTLS principals whose certificate matches; the first matching rule applies."""
+
+    subject: str | None = None
+    """Regular expression that must match the whole subject (RFC 4514 string)."""
+    san: str | None = None
+    """Shell-style pattern that must match one subjectAltName (DNS name, URI or e-mail)."""
+    roles: list[str] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _one_condition(self) -> MtlsRoleRule:
+        if self.subject is None and self.san is None:
+            raise ValueError("a rule needs subject or san")
+        if self.subject is not None:
+            try:
+                re.compile(self.subject)
+            except re.error as exc:
+                raise ValueError(f"subject: not a regular expression ({exc.msg})") from None
+        return self
+
+
 class AuthSettings(_Model):
     """Who may call. The principal is the mTLS certificate subject or the token's principal."""
 
@@ -81,6 +140,22 @@ class AuthSettings(_Model):
     """Lines ``<principal> <sha256-hex of the token> [roles,comma,separated]``; '#' comments."""
     required: bool = False
     """Refuse calls with neither a valid token nor a client certificate (UNAUTHENTICATED)."""
+    roles: dict[str, RoleSettings] = Field(default_factory=default_roles)
+    """The authorization policy: role name -> methods, models, duty (replaces the default)."""
+    anonymous_roles: list[str] = Field(default_factory=lambda: ["user"])
+    """Roles of callers without credentials (when ``required`` is false)."""
+    mtls_roles: list[MtlsRoleRule] = Field(default_factory=list)
+    """Roles of mTLS principals by certificate subject or subjectAltName."""
+    mtls_default_roles: list[str] = Field(default_factory=lambda: ["user"])
+    """Roles of an mTLS principal no rule matches."""
+    allow_conflicting_roles: bool = False
+    """Allow a principal to hold roles of different duties (not for production)."""
+    max_failed_logins: int = Field(default=10, ge=1)
+    """Failed logins (refused or expired tokens) from one peer host, or for one principal,
+    within ``failed_login_window_s`` that lock it out for ``lockout_s``."""
+    failed_login_window_s: float = Field(default=60.0, gt=0)
+    lockout_s: float = Field(default=300.0, ge=0)
+    """While locked out, every call is RESOURCE_EXHAUSTED (``LOGIN_THROTTLED``) with RetryInfo."""
 
 
 class EngineArgsSettings(_Model):
@@ -173,6 +248,8 @@ class LimitsSettings(_Model):
     max_prompt_bytes: int = Field(default=2 * 1024 * 1024, ge=1024)
     """Largest prompt text (or chat messages, or embedding inputs together, or text to
     tokenize), checked before tokenizing: a far larger text cannot fit any context anyway."""
+    max_http_body_bytes: int = Field(default=16 * 1024 * 1024, ge=1024)
+    """Largest HTTP request body of the OpenAI-compatible API (413 past it)."""
 
 
 class Settings(BaseSettings):
@@ -212,13 +289,14 @@ class Settings(BaseSettings):
         if not self.listen.plaintext and not self.listen.tls:
             raise ValueError("listen: at least one plaintext or tls listener is needed")
         if not self.listen.allow_insecure_remote:
-            for address in self.listen.plaintext:
-                if not _is_loopback(address):
-                    raise ValueError(
-                        f"listen.plaintext: {address} is not a loopback address; use a TLS listener "
-                        "or set listen.allow_insecure_remote"
-                    )
-        if self.listen.tls and (self.tls.cert_file is None or self.tls.key_file is None):
+            for kind, addresses in (("plaintext", self.listen.plaintext), ("http", self.listen.http)):
+                for address in addresses:
+                    if not _is_loopback(address):
+                        raise ValueError(
+                            f"listen.{kind}: {address} is not a loopback address; use a TLS listener "
+                            "or set listen.allow_insecure_remote"
+                        )
+        if (self.listen.tls or self.listen.https) and (self.tls.cert_file is None or self.tls.key_file is None):
             raise ValueError("tls.cert_file and tls.key_file are required for a TLS listener")
         for name in ("cert_file", "key_file", "client_ca_file"):
             path = getattr(self.tls, name)
@@ -246,6 +324,12 @@ class Settings(BaseSettings):
                 raise ValueError(f"models: {m.name}: no such model directory: {m.path}")
         if self.metrics_listen is not None:
             _check_address(self.metrics_listen)
+        from service.policy import AccessPolicy, PolicyError  # here: service.policy imports this module
+
+        try:
+            AccessPolicy(self.auth)
+        except PolicyError as exc:
+            raise ValueError(str(exc)) from None
         return self
 
     @classmethod

@@ -10,10 +10,13 @@ from grpc_reflection.v1alpha import reflection
 from service.attestation_servicer import AttestationServicer, certificate_spki_sha256
 from service.audit_servicer import AuditServicer
 from service.auth import Authenticator
+from service.call_core import CallCore
 from service.config import Settings
+from service.inference import Inference
 from service.inference_servicer import InferenceServicer
 from service.interceptors import CallPipeline
 from service.model_servicer import ModelServicer
+from service.policy import AccessPolicy
 from service.runtime import Runtime
 from service.server_servicer import ServerServicer
 from xinserve.v1 import (
@@ -76,15 +79,24 @@ class Frontend:
         settings: which listeners to open, TLS, auth and limits (may differ per front end).
         authenticator: token/mTLS authentication for this front end.
         device: device kind reported by ModelService/ServerService.
+        core: the call core to share with other front ends (default: one over the above
+            and the policy of ``settings.auth``).
     """
 
-    def __init__(self, runtime: Runtime, settings: Settings, authenticator: Authenticator, device: str) -> None:
+    def __init__(
+        self,
+        runtime: Runtime,
+        settings: Settings,
+        authenticator: Authenticator,
+        device: str,
+        core: CallCore | None = None,
+    ) -> None:
         self.runtime = runtime
         self.settings = settings
-        self.server = grpc.aio.server(
-            interceptors=[CallPipeline(runtime, authenticator)], options=server_options(settings)
-        )
-        inference_pb2_grpc.add_InferenceServiceServicer_to_server(InferenceServicer(runtime), self.server)
+        self.core = core or CallCore(runtime, authenticator, AccessPolicy(settings.auth))
+        self.inference = Inference(runtime, self.core.policy)
+        self.server = grpc.aio.server(interceptors=[CallPipeline(self.core)], options=server_options(settings))
+        inference_pb2_grpc.add_InferenceServiceServicer_to_server(InferenceServicer(self.inference), self.server)
         model_pb2_grpc.add_ModelServiceServicer_to_server(ModelServicer(runtime, device), self.server)
         server_pb2_grpc.add_ServerServiceServicer_to_server(ServerServicer(runtime, device), self.server)
         audit_pb2_grpc.add_AuditServiceServicer_to_server(AuditServicer(runtime), self.server)

@@ -1,285 +1,41 @@
-"""``xinserve.v1.InferenceService``: validates each request, drives the engine, streams results.
+"""``xinserve.v1.InferenceService`` over gRPC: a thin binding of ``service.inference``.
 
-Cancellation: when the client cancels or the deadline expires, grpc.aio cancels the
-handler task; the engine's async iterator is closed from inside that task, which aborts
-the engine request at once (vLLM ``AsyncLLM.generate`` aborts on CancelledError/GeneratorExit).
+Each method hands its request and the call's record (``context.call``, set by the gRPC
+adapter in ``service.interceptors``) to the transport-neutral operation.
 """
 
 from __future__ import annotations
 
-import json
-import time
-from collections.abc import AsyncIterator
-
-import grpc
-
-from engine_backends.protocol import Engine, GenerateInput, GenerationUpdate
-from service import metrics
-from service.call_context import call
-from service.convert import completion_output, fill_stream_message, positions
-from service.runtime import Runtime
-from service.status import RpcError
-from service.validation import (
-    Violations,
-    check_chat_messages,
-    check_model_name,
-    check_text_size,
-    resolve_request_id,
-    sampling_options,
-)
-from xinserve.v1 import common_pb2, inference_pb2, inference_pb2_grpc, sampling_pb2
-
-_EMPTY_SAMPLING = sampling_pb2.SamplingParams()
-
-
-def _audited_prompt(prompt: str | None, ids: list[int] | None, messages: list[dict[str, str]] | None) -> str | bytes:
-    """What the audit log digests as the prompt: the text, the token ids, or the messages as JSON."""
-    if messages is not None:
-        return json.dumps(messages, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
-    if ids is not None:
-        return ",".join(map(str, ids))
-    return prompt or ""
+from service.inference import Inference
+from xinserve.v1 import inference_pb2_grpc
 
 
 class InferenceServicer(inference_pb2_grpc.InferenceServiceServicer):
-    def __init__(self, runtime: Runtime) -> None:
-        self._rt = runtime
-        self._limits = runtime.settings.limits
-        # request id -> engine running it (shared by all front ends), for Abort and
-        # for refusing duplicate ids.
-        self.active = runtime.active_requests
-
-    # -- request preparation -----------------------------------------------------------
-
-    def _prepare(self, request, *, chat: bool, stream: bool) -> tuple[Engine, GenerateInput]:
-        v = Violations()
-        info = call()
-        check_model_name(request.model, v)
-        rid = resolve_request_id(request.request_id, info.request_id, v)
-        info.request_id = rid
-        info.model = request.model or None
-        messages = None
-        prompt = None
-        prompt_ids = None
-        if chat:
-            messages = check_chat_messages(request.messages, self._limits, v)
-            size = sum(len(m.content.encode("utf-8")) for m in request.messages)
-            check_text_size(v, "messages", size, self._limits)
-        else:
-            check_text_size(v, "prompt", len(request.prompt.encode("utf-8")), self._limits)
-            if request.prompt and request.prompt_token_ids:
-                v.add("prompt", "set exactly one of prompt and prompt_token_ids, not both")
-            elif not request.prompt and not request.prompt_token_ids:
-                v.add("prompt", "one of prompt and prompt_token_ids is required")
-            prompt = request.prompt or None
-            prompt_ids = list(request.prompt_token_ids) or None
-        # Sampling bounds are checked against the model; every field violation is reported
-        # before the model's own status (unknown, loading, wrong kind).
-        try:
-            engine = self._rt.engine_for(request.model, "generate")
-        except RpcError:
-            v.raise_if_any()
-            raise
-        sp = request.sampling_params if request.HasField("sampling_params") else _EMPTY_SAMPLING
-        options = sampling_options(sp, engine.info, self._limits, v)
-        v.raise_if_any()
-        info.manifest_digest = self._rt.models[request.model].manifest_digest or None
-        adapter = self._rt.adapter_for(request.model, options.lora_name)
-        if adapter is not None:
-            info.audit_detail.update(adapter.audit_detail())
-        info.prompt = _audited_prompt(prompt, prompt_ids, messages)
-        if rid in self.active:
-            raise RpcError(
-                grpc.StatusCode.ALREADY_EXISTS, f"request id {rid!r} is already running", "DUPLICATE_REQUEST_ID"
-            )
-        add_generation_prompt = (
-            request.add_generation_prompt if chat and request.HasField("add_generation_prompt") else True
-        )
-        gen = GenerateInput(
-            request_id=rid,
-            sampling=options,
-            prompt=prompt,
-            prompt_token_ids=prompt_ids,
-            messages=messages,
-            add_generation_prompt=add_generation_prompt,
-            stream=stream,
-            trace_headers=None,
-        )
-        return engine, gen
-
-    async def _run(self, engine: Engine, gen: GenerateInput) -> AsyncIterator[GenerationUpdate]:
-        info = call()
-        self.active[gen.request_id] = (engine, info.principal.name)
-        model = engine.info.name
-        started = time.monotonic()
-        last_token_at: float | None = None
-        iterator = engine.generate(gen)
-        try:
-            async for update in iterator:
-                produced = sum(len(c.token_ids) for c in update.completions)
-                if produced:
-                    now = time.monotonic()
-                    if last_token_at is None:
-                        metrics.TIME_TO_FIRST_TOKEN.labels(model).observe(now - started)
-                    elif gen.stream:
-                        metrics.INTER_TOKEN_LATENCY.labels(model).observe(now - last_token_at)
-                    last_token_at = now
-                    info.completion_tokens += produced
-                    metrics.GENERATION_TOKENS.labels(model).inc(produced)
-                for c in update.completions:
-                    if c.text:
-                        if gen.stream:
-                            info.output_parts.setdefault(c.index, []).append(c.text)
-                        else:
-                            info.output_parts[c.index] = [c.text]
-                if not info.prompt_tokens:
-                    info.prompt_tokens = update.prompt_tokens
-                    metrics.PROMPT_TOKENS.labels(model).inc(update.prompt_tokens)
-                yield update
-        finally:
-            self.active.pop(gen.request_id, None)
-            await iterator.aclose()  # type: ignore[attr-defined]
-
-    def _usage(self, update: GenerationUpdate) -> common_pb2.Usage:
-        info = call()
-        return common_pb2.Usage(
-            prompt_tokens=update.prompt_tokens,
-            completion_tokens=info.completion_tokens,
-            cached_tokens=update.cached_tokens,
-        )
-
-    # -- unary -------------------------------------------------------------------------
-
-    async def _unary(self, request, response_cls, *, chat: bool):
-        engine, gen = self._prepare(request, chat=chat, stream=False)
-        final: GenerationUpdate | None = None
-        by_index = {}
-        async for update in self._run(engine, gen):
-            for chunk in update.completions:
-                by_index[chunk.index] = chunk
-            final = update
-        if final is None:
-            raise RpcError(grpc.StatusCode.INTERNAL, "the engine returned no output", "ENGINE_NO_OUTPUT")
-        response = response_cls(
-            request_id=gen.request_id,
-            outputs=[completion_output(by_index[i]) for i in sorted(by_index)],
-            usage=self._usage(final),
-        )
-        if not chat and final.prompt_logprobs:
-            response.prompt_logprobs.extend(positions(final.prompt_logprobs))
-        return response
+    def __init__(self, inference: Inference) -> None:
+        self._ops = inference
 
     async def Generate(self, request, context):
-        return await self._unary(request, inference_pb2.GenerateResponse, chat=False)
-
-    async def Chat(self, request, context):
-        return await self._unary(request, inference_pb2.ChatResponse, chat=True)
-
-    # -- streaming ---------------------------------------------------------------------
-
-    async def _stream(self, request, message_cls, *, chat: bool):
-        engine, gen = self._prepare(request, chat=chat, stream=True)
-        finished: set[int] = set()
-        first = True
-        async for update in self._run(engine, gen):
-            messages = []
-            for chunk in update.completions:
-                final_for_index = chunk.finish_reason is not None and chunk.index not in finished
-                if final_for_index:
-                    finished.add(chunk.index)
-                if not chunk.text and not chunk.token_ids and not final_for_index:
-                    continue
-                msg = message_cls()
-                fill_stream_message(msg, gen.request_id, chunk, final_for_index)
-                messages.append(msg)
-            if first and not chat and update.prompt_logprobs:
-                if not messages:
-                    messages.append(message_cls(request_id=gen.request_id))
-                messages[0].prompt_logprobs.extend(positions(update.prompt_logprobs))
-            if update.finished:
-                if not messages:
-                    messages.append(message_cls(request_id=gen.request_id))
-                messages[-1].usage.CopyFrom(self._usage(update))
-            if messages:
-                first = False
-            for msg in messages:
-                yield msg
+        return await self._ops.generate(request, context.call)
 
     async def GenerateStream(self, request, context):
-        async for msg in self._stream(request, inference_pb2.GenerateStreamResponse, chat=False):
+        async for msg in self._ops.generate_stream(request, context.call):
             yield msg
+
+    async def Chat(self, request, context):
+        return await self._ops.chat(request, context.call)
 
     async def ChatStream(self, request, context):
-        async for msg in self._stream(request, inference_pb2.ChatStreamResponse, chat=True):
+        async for msg in self._ops.chat_stream(request, context.call):
             yield msg
 
-    # -- embeddings, tokenizer, abort ----------------------------------------------------
-
     async def Embed(self, request, context):
-        v = Violations()
-        info = call()
-        check_model_name(request.model, v)
-        rid = resolve_request_id(request.request_id, info.request_id, v)
-        info.request_id = rid
-        info.model = request.model or None
-        if not request.inputs:
-            v.add("inputs", "at least one input is required")
-        elif len(request.inputs) > self._limits.max_embed_inputs:
-            v.add("inputs", f"at most {self._limits.max_embed_inputs} inputs, got {len(request.inputs)}")
-        else:
-            for i, text in enumerate(request.inputs):
-                if not text:
-                    v.add(f"inputs[{i}]", "must not be empty")
-            check_text_size(v, "inputs", sum(len(t.encode("utf-8")) for t in request.inputs), self._limits)
-        v.raise_if_any()
-        engine = self._rt.engine_for(request.model, "embed")
-        info.manifest_digest = self._rt.models[request.model].manifest_digest or None
-        info.prompt = "\x1e".join(request.inputs)
-        normalize = request.normalize if request.HasField("normalize") else None
-        with self._rt.running_request(rid, engine, info.principal.name):
-            result = await engine.embed(rid, list(request.inputs), normalize)
-        info.prompt_tokens = result.prompt_tokens
-        metrics.PROMPT_TOKENS.labels(engine.info.name).inc(result.prompt_tokens)
-        return inference_pb2.EmbedResponse(
-            request_id=rid,
-            embeddings=[inference_pb2.Embedding(index=i, values=vec) for i, vec in enumerate(result.vectors)],
-            usage=common_pb2.Usage(prompt_tokens=result.prompt_tokens),
-        )
+        return await self._ops.embed(request, context.call)
 
     async def Tokenize(self, request, context):
-        v = Violations()
-        check_model_name(request.model, v)
-        check_text_size(v, "text", len(request.text.encode("utf-8")), self._limits)
-        v.raise_if_any()
-        call().model = request.model
-        engine = self._rt.engine_for(request.model)
-        add_special = request.add_special_tokens if request.HasField("add_special_tokens") else True
-        ids = await engine.tokenize(request.text, add_special)
-        return inference_pb2.TokenizeResponse(token_ids=ids, max_model_len=engine.info.max_model_len)
+        return await self._ops.tokenize(request, context.call)
 
     async def Detokenize(self, request, context):
-        v = Violations()
-        check_model_name(request.model, v)
-        v.raise_if_any()
-        call().model = request.model
-        engine = self._rt.engine_for(request.model)
-        skip = request.skip_special_tokens if request.HasField("skip_special_tokens") else True
-        text = await engine.detokenize(list(request.token_ids), skip)
-        return inference_pb2.DetokenizeResponse(text=text)
+        return await self._ops.detokenize(request, context.call)
 
     async def Abort(self, request, context):
-        v = Violations()
-        if not request.request_id:
-            v.add("request_id", "is required")
-        elif len(request.request_id) > 128:
-            v.add("request_id", "is longer than 128 characters")
-        v.raise_if_any()
-        info = call()
-        info.request_id = request.request_id
-        running = self.active.get(request.request_id)
-        # Only the caller that started a request (or an admin) may abort it; to anyone else
-        # it looks like an unknown id, so ids of other principals' requests do not leak.
-        if running is None or (running[1] != info.principal.name and "admin" not in info.principal.roles):
-            return inference_pb2.AbortResponse(aborted=False)
-        aborted = await running[0].abort(request.request_id)
-        return inference_pb2.AbortResponse(aborted=aborted)
+        return await self._ops.abort(request, context.call)

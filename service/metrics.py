@@ -13,9 +13,16 @@ from engine_backends.protocol import Engine
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 _TOKEN_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5)
 
-REQUESTS = Counter("xinserve_requests", "RPCs handled, by method and gRPC status code.", ["method", "code"])
+REQUESTS = Counter(
+    "xinserve_requests",
+    "Calls handled, by method, gRPC status code and front end (grpc, openai).",
+    ["method", "code", "front_end"],
+)
 REQUEST_DURATION = Histogram(
-    "xinserve_request_duration_seconds", "RPC duration, by method.", ["method"], buckets=_LATENCY_BUCKETS
+    "xinserve_request_duration_seconds",
+    "Call duration, by method and front end (grpc, openai).",
+    ["method", "front_end"],
+    buckets=_LATENCY_BUCKETS,
 )
 TIME_TO_FIRST_TOKEN = Histogram(
     "xinserve_time_to_first_token_seconds",

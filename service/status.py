@@ -85,9 +85,14 @@ class RpcError(Exception):
         proto = status_pb2.Status(code=getattr(code_pb2, self.code.name), message=self.message, details=details)
         return rpc_status.to_status(proto)
 
-    async def abort(self, context: grpc.aio.ServicerContext) -> None:
-        """End the call with this status (raises, as ``context.abort_with_status`` does)."""
-        await context.abort_with_status(self.to_status())
+    async def abort(self, context: grpc.aio.ServicerContext, trailing: Sequence[tuple[str, str]] = ()) -> None:
+        """End the call with this status (raises, as ``context.abort_with_status`` does).
+
+        Args:
+            trailing: extra trailing metadata sent with the status details (e.g. ``x-request-id``).
+        """
+        status = self.to_status()
+        await context.abort(status.code, status.details, (*status.trailing_metadata, *trailing))
 
 
 def invalid_argument(violations: Sequence[FieldViolation], reason: str = "INVALID_ARGUMENT") -> RpcError:

@@ -13,6 +13,7 @@ import uuid
 
 from engine_backends.protocol import ModelInfo, SamplingOptions, StructuredOutput
 from service.config import LimitsSettings
+from service.sampling_fields import OPTIONAL_SCALARS
 from service.status import FieldViolation, invalid_argument
 from xinserve.v1 import sampling_pb2
 
@@ -98,7 +99,9 @@ def sampling_options(
             v.add(p + "min_tokens", f"must be <= max_tokens ({max_tokens}), got {min_tokens}")
     temperature = opt("temperature")
     if temperature is not None:
-        _finite(v, p + "temperature", temperature, lo=0.0)
+        _finite(v, p + "temperature", temperature, lo=0.0, hi=2.0)
+        if n is not None and n > 1 and temperature == 0.0:
+            v.add(p + "n", "must be 1 with temperature 0 (greedy sampling has one result)")
     top_p = opt("top_p")
     if top_p is not None:
         _finite(v, p + "top_p", top_p, lo=0.0, hi=1.0, lo_open=True)
@@ -166,24 +169,9 @@ def sampling_options(
         v.add(p + "lora_name", "is longer than 128 characters")
 
     return SamplingOptions(
-        n=n,
-        max_tokens=max_tokens,
-        min_tokens=min_tokens,
-        temperature=temperature,
-        top_p=top_p,
-        top_k=top_k,
-        min_p=min_p,
-        presence_penalty=opt("presence_penalty"),
-        frequency_penalty=opt("frequency_penalty"),
-        repetition_penalty=repetition_penalty,
-        seed=seed,
+        **{name: opt(name) for name in OPTIONAL_SCALARS},
         stop=tuple(sp.stop),
         stop_token_ids=tuple(sp.stop_token_ids),
-        include_stop_str_in_output=opt("include_stop_str_in_output"),
-        ignore_eos=opt("ignore_eos"),
-        logprobs=opt("logprobs"),
-        prompt_logprobs=opt("prompt_logprobs"),
-        skip_special_tokens=opt("skip_special_tokens"),
         logit_bias=dict(sp.logit_bias),
         structured_output=structured,
         lora_name=sp.lora_name or None,

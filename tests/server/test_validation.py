@@ -224,3 +224,26 @@ async def test_engine_rejection_carries_no_library_text(api):
     assert "sampling_params.regex" in violations
     text = violations["sampling_params.regex"].lower()
     assert "parse error" not in text and "grammar error" not in text
+
+
+@pytest.mark.parametrize(
+    ("sampling", "field"),
+    [
+        # vLLM refuses these itself; before, its VLLMValidationError came back as INTERNAL.
+        ({"temperature": 2.5}, "sampling_params.temperature"),
+        ({"n": 2, "temperature": 0.0}, "sampling_params.n"),
+        ({"min_tokens": 100}, "sampling_params.min_tokens"),
+    ],
+)
+async def test_vllm_bounds_are_invalid_argument_naming_the_field(api, sampling, field):
+    assert field in await invalid(api, gen(**sampling))
+
+
+async def test_chat_refuses_prompt_logprobs(api):
+    # Before, Chat accepted prompt_logprobs and silently returned none.
+    request = inference_pb2.ChatRequest(
+        model=TINY,
+        messages=[common_pb2.ChatMessage(role="user", content="hi")],
+        sampling_params=sampling_pb2.SamplingParams(prompt_logprobs=1, max_tokens=1),
+    )
+    assert "sampling_params.prompt_logprobs" in await invalid(api, request, "Chat")

@@ -51,29 +51,15 @@ TokenSource = Union[str, Callable[[], str]]  # noqa: UP007
 Prompt = Union[str, Sequence[int]]  # noqa: UP007
 ChatMessageLike = Union[common_pb2.ChatMessage, Mapping[str, Any], tuple[str, str]]  # noqa: UP007
 
-# SamplingParams fields by kind (names are vLLM's).
-_OPTIONAL_SCALARS = (
-    "n",
-    "max_tokens",
-    "min_tokens",
-    "temperature",
-    "top_p",
-    "top_k",
-    "min_p",
-    "presence_penalty",
-    "frequency_penalty",
-    "repetition_penalty",
-    "seed",
-    "include_stop_str_in_output",
-    "ignore_eos",
-    "logprobs",
-    "prompt_logprobs",
-    "skip_special_tokens",
+# SamplingParams fields by kind (names are vLLM's), read from the contract's descriptor, so a
+# new sampling parameter in sampling.proto is accepted here without an edit.
+_STRUCTURED = tuple(f.name for f in sampling_pb2.SamplingParams.DESCRIPTOR.oneofs_by_name["structured_output"].fields)
+_OPTIONAL_SCALARS = tuple(
+    f.name
+    for f in sampling_pb2.SamplingParams.DESCRIPTOR.fields
+    if f.has_presence and f.message_type is None and f.name not in _STRUCTURED
 )
-_STRUCTURED = ("json_schema", "regex", "choice", "grammar", "json_object")
-SAMPLING_PARAM_NAMES: frozenset[str] = frozenset(
-    (*_OPTIONAL_SCALARS, "stop", "stop_token_ids", "logit_bias", "lora_name", *_STRUCTURED)
-)
+SAMPLING_PARAM_NAMES: frozenset[str] = frozenset(f.name for f in sampling_pb2.SamplingParams.DESCRIPTOR.fields)
 """Keyword arguments accepted as sampling parameters by every generate/chat method."""
 
 

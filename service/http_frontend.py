@@ -1,0 +1,111 @@
+"""The OpenAI-compatible HTTP front end's listeners: uvicorn servers in the server's own
+event loop, over the same call core (engines, admission, audit) as gRPC.
+
+``listen.http`` listeners are plaintext (loopback only unless
+``listen.allow_insecure_remote``); ``listen.https`` listeners use ``tls.cert_file`` and
+``tls.key_file``, and with ``tls.client_ca_file`` require a client certificate from that CA
+(mTLS), whose subject becomes the principal exactly as on gRPC. Sockets are bound here, so
+a port in use fails at start and port 0 picks a free one (``ports``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import ssl
+from typing import Any
+
+import uvicorn
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from service.call_core import CallCore
+from service.config import Settings
+from service.inference import Inference
+from service.openai_routes import CLIENT_CERT_STATE, OpenAIRoutes
+
+
+class _ClientCertProtocol(HttpToolsProtocol):
+    """uvicorn's HTTP/1.1 protocol, plus the verified client certificate (PEM) of a TLS
+    connection in each request's ``scope["state"]`` (uvicorn copies ``app_state`` into it)."""
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        ssl_object = transport.get_extra_info("ssl_object")
+        der = ssl_object.getpeercert(binary_form=True) if ssl_object is not None else None
+        if der:
+            self.app_state = {**self.app_state, CLIENT_CERT_STATE: ssl.DER_cert_to_PEM_cert(der).encode("ascii")}
+
+
+def _bind(address: str) -> socket.socket:
+    host, _, port = address.rpartition(":")
+    host = host.strip("[]")
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, int(port)))
+    except OSError as exc:
+        sock.close()
+        raise RuntimeError(f"Failed to bind to {address}: {exc.strerror}") from None
+    sock.listen(2048)
+    sock.setblocking(False)
+    return sock
+
+
+class HttpFrontend:
+    """The ``listen.http`` and ``listen.https`` listeners.
+
+    Args:
+        core: the call core shared with the gRPC front end.
+        inference: the inference operations shared with it.
+        settings: listeners, TLS files, ``limits.max_http_body_bytes``.
+
+    Raises:
+        RuntimeError: a listener cannot bind (port in use, address not available), worded
+            like grpc's own bind failure.
+    """
+
+    def __init__(self, core: CallCore, inference: Inference, settings: Settings) -> None:
+        self.app = OpenAIRoutes(core, inference, settings.limits.max_http_body_bytes).app()
+        self.ports: dict[str, int] = {}
+        self._servers: list[tuple[uvicorn.Server, list[socket.socket]]] = []
+        self._tasks: list[asyncio.Task[Any]] = []
+        listeners = [(a, False) for a in settings.listen.http] + [(a, True) for a in settings.listen.https]
+        for address, secure in listeners:
+            sock = _bind(address)
+            self.ports[address] = sock.getsockname()[1]
+            options: dict[str, Any] = {}
+            if secure:
+                tls = settings.tls
+                options = {"ssl_certfile": str(tls.cert_file), "ssl_keyfile": str(tls.key_file)}
+                if tls.client_ca_file is not None:
+                    options |= {"ssl_ca_certs": str(tls.client_ca_file), "ssl_cert_reqs": ssl.CERT_REQUIRED}
+            config = uvicorn.Config(
+                self.app,
+                lifespan="off",
+                log_config=None,
+                access_log=False,
+                http=_ClientCertProtocol,
+                timeout_graceful_shutdown=1,
+                server_header=False,
+                **options,
+            )
+            self._servers.append((uvicorn.Server(config), [sock]))
+
+    async def start(self) -> None:
+        """Start serving every listener (returns once they accept connections)."""
+        for server, sockets in self._servers:
+            server.config.load()
+            server.lifespan = server.config.lifespan_class(server.config)
+            await server.startup(sockets=sockets)
+            self._tasks.append(asyncio.create_task(server.main_loop()))
+
+    async def stop(self) -> None:
+        """Stop listening; calls still running after a second are cancelled (which aborts
+        their engine requests)."""
+        for server, _ in self._servers:
+            server.should_exit = True
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        for server, sockets in self._servers:
+            if server.started:
+                await server.shutdown(sockets=sockets)

@@ -1,0 +1,363 @@
+"""OpenAI request bodies → the contract's request messages, and the contract's replies →
+OpenAI response objects (OpenAI API reference: completions, chat completions, embeddings).
+
+The OpenAI front end runs the same operations as gRPC (``service.inference``) on the
+messages built here, so validation, limits and engine behaviour are the same. Field
+violations come back with the contract's paths (``sampling_params.top_p``) and are renamed
+to the OpenAI field (``top_p``) by ``openai_param``.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import struct
+import time
+from typing import Any
+
+from service.openai_schemas import ChatBody, CompletionBody, EmbeddingBody, _Sampling
+from service.sampling_fields import OPTIONAL_SCALARS, REPEATED_SCALARS
+from service.status import FieldViolation, invalid_argument
+from xinserve.v1 import common_pb2, inference_pb2, sampling_pb2
+
+_FINISH: dict[int, str] = {
+    common_pb2.FINISH_REASON_STOP: "stop",
+    common_pb2.FINISH_REASON_STOP_SEQUENCE: "stop",
+    common_pb2.FINISH_REASON_LENGTH: "length",
+    common_pb2.FINISH_REASON_TIME_LIMIT: "length",
+    common_pb2.FINISH_REASON_CANCELLED: "abort",
+    common_pb2.FINISH_REASON_ERROR: "error",
+}
+# Contract field paths whose OpenAI name differs (prefix "sampling_params." is dropped first).
+_RENAMED = {
+    "inputs": "input",
+    "json_schema": "response_format",
+    "json_object": "response_format",
+    "prompt_token_ids": "prompt",
+}
+
+
+def openai_param(field: str, chat: bool = False) -> str:
+    """The OpenAI request field for a contract field path (``sampling_params.top_p`` → ``top_p``)."""
+    name = field.removeprefix("sampling_params.")
+    head, sep, rest = name.partition("[")
+    if chat and head == "logprobs":
+        return "top_logprobs"
+    if head.startswith("inputs"):
+        return "input" + (sep + rest if sep else "")
+    return _RENAMED.get(head, head) + (sep + rest if sep else "")
+
+
+def _refuse(field: str, why: str) -> None:
+    raise invalid_argument([FieldViolation(field, why)])
+
+
+def _sampling(body: _Sampling, max_tokens: int | None) -> sampling_pb2.SamplingParams:
+    sp = sampling_pb2.SamplingParams()
+    for name in ("n", "seed", "temperature", "top_p", "presence_penalty", "frequency_penalty"):
+        value = getattr(body, name)
+        if value is not None:
+            _assign(sp, name, value)
+    if max_tokens is not None:
+        _assign(sp, "max_tokens", max_tokens)
+    if body.stop is not None:
+        sp.stop.extend([body.stop] if isinstance(body.stop, str) else body.stop)
+    for key, bias in (body.logit_bias or {}).items():
+        try:
+            token = int(key)
+        except ValueError:
+            _refuse(f"logit_bias[{key[:32]}]", "keys must be token ids")
+        if not -(2**31) <= token < 2**31:
+            _refuse(f"logit_bias[{key[:32]}]", "token id out of range")
+        sp.logit_bias[token] = bias
+    # vLLM's extra sampling parameters, by their contract names (derived from the descriptor).
+    for name, value in (body.model_extra or {}).items():
+        if name in OPTIONAL_SCALARS and name not in ("logprobs", "max_tokens"):
+            _assign(sp, name, value)
+        elif name in REPEATED_SCALARS and name != "stop":
+            if not isinstance(value, list):
+                _refuse(name, "must be a list")
+            try:
+                getattr(sp, name).extend(value)
+            except (TypeError, ValueError):
+                _refuse(name, "has an element of the wrong type")
+    return sp
+
+
+def _assign(sp: sampling_pb2.SamplingParams, name: str, value: Any) -> None:
+    if isinstance(value, bool) and sp.DESCRIPTOR.fields_by_name[name].type != 8:  # TYPE_BOOL
+        _refuse(name, "has the wrong type")
+    try:
+        setattr(sp, name, value)
+    except (TypeError, ValueError):
+        _refuse(name, "has the wrong type or is out of range")
+
+
+def completion_request(body: CompletionBody, request_id: str) -> inference_pb2.GenerateRequest:
+    """A ``GenerateRequest`` for ``POST /v1/completions``.
+
+    Raises:
+        RpcError: INVALID_ARGUMENT for what this server cannot honour (several prompts,
+            ``echo``, ``suffix``, ``best_of`` other than ``n``).
+    """
+    if body.echo:
+        _refuse("echo", "is not supported")
+    if body.suffix:
+        _refuse("suffix", "is not supported")
+    if body.best_of is not None and body.best_of != (body.n or 1):
+        _refuse("best_of", "is not supported (it must equal n)")
+    sp = _sampling(body, body.max_tokens)
+    if body.logprobs is not None:
+        _assign(sp, "logprobs", body.logprobs)
+    req = inference_pb2.GenerateRequest(model=body.model, sampling_params=sp, request_id=request_id)
+    prompt = body.prompt
+    if isinstance(prompt, list) and prompt and isinstance(prompt[0], list):
+        if len(prompt) != 1:
+            _refuse("prompt", "one prompt per request")
+        prompt = prompt[0]
+    if isinstance(prompt, list) and prompt and isinstance(prompt[0], str):
+        if len(prompt) != 1:
+            _refuse("prompt", "one prompt per request")
+        prompt = prompt[0]
+    if isinstance(prompt, str):
+        req.prompt = prompt
+    else:
+        try:
+            req.prompt_token_ids.extend(prompt)
+        except (TypeError, ValueError):
+            _refuse("prompt", "token ids must be 32-bit integers")
+    return req
+
+
+def _content(message_index: int, content: Any) -> str:
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    parts = []
+    for j, part in enumerate(content):
+        if part.type != "text" or part.text is None:
+            _refuse(f"messages[{message_index}].content[{j}]", "only text content parts are supported")
+        parts.append(part.text)
+    return "".join(parts)
+
+
+def chat_request(body: ChatBody, request_id: str) -> inference_pb2.ChatRequest:
+    """A ``ChatRequest`` for ``POST /v1/chat/completions``.
+
+    Raises:
+        RpcError: INVALID_ARGUMENT for tools, functions, audio, or ``top_logprobs``
+            without ``logprobs``.
+    """
+    for name in ("tools", "functions"):
+        if getattr(body, name):
+            _refuse(name, "tool and function calling are not supported")
+    if body.tool_choice not in (None, "none"):
+        _refuse("tool_choice", "tool calling is not supported")
+    if body.audio is not None:
+        _refuse("audio", "audio output is not supported")
+    max_tokens = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
+    sp = _sampling(body, max_tokens)
+    if body.logprobs:
+        _assign(sp, "logprobs", body.top_logprobs or 0)
+    elif body.top_logprobs is not None:
+        _refuse("top_logprobs", "needs logprobs: true")
+    fmt = body.response_format
+    if fmt is not None and fmt.type == "json_object":
+        sp.json_object = True
+    elif fmt is not None and fmt.type == "json_schema":
+        if fmt.json_schema is None or fmt.json_schema.schema_ is None:
+            _refuse("response_format", "json_schema.schema is required")
+        else:
+            sp.json_schema = json.dumps(fmt.json_schema.schema_, ensure_ascii=False)
+    messages = [
+        common_pb2.ChatMessage(role=m.role, content=_content(i, m.content), **({"name": m.name} if m.name else {}))
+        for i, m in enumerate(body.messages)
+    ]
+    return inference_pb2.ChatRequest(model=body.model, messages=messages, sampling_params=sp, request_id=request_id)
+
+
+def embed_request(body: EmbeddingBody, request_id: str) -> inference_pb2.EmbedRequest:
+    """An ``EmbedRequest`` for ``POST /v1/embeddings`` (text inputs only)."""
+    if body.dimensions is not None:
+        _refuse("dimensions", "is not supported (the model's dimension is used)")
+    inputs = [body.input] if isinstance(body.input, str) else body.input
+    if any(not isinstance(x, str) for x in inputs):
+        _refuse("input", "token-id inputs are not supported; send text")
+    return inference_pb2.EmbedRequest(model=body.model, inputs=inputs, request_id=request_id)  # type: ignore[arg-type]
+
+
+# -- replies ------------------------------------------------------------------------------
+
+
+def usage(u: common_pb2.Usage) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "prompt_tokens": u.prompt_tokens,
+        "completion_tokens": u.completion_tokens,
+        "total_tokens": u.prompt_tokens + u.completion_tokens,
+    }
+    if u.cached_tokens:
+        out["prompt_tokens_details"] = {"cached_tokens": u.cached_tokens}
+    return out
+
+
+def finish_reason(value: int) -> str | None:
+    return _FINISH.get(value)
+
+
+def _sampled(position: common_pb2.PositionLogprobs, token_id: int) -> common_pb2.TokenLogprob | None:
+    for c in position.candidates:
+        if c.token_id == token_id:
+            return c
+    return None
+
+
+def _top(position: common_pb2.PositionLogprobs, n: int) -> list[common_pb2.TokenLogprob]:
+    """The ``n`` most likely candidates (vLLM adds the sampled token when it ranks lower)."""
+    return sorted(position.candidates, key=lambda c: c.rank)[:n]
+
+
+def completion_logprobs(token_ids, positions, top_n: int, offset: int = 0) -> dict[str, Any] | None:
+    """OpenAI's completions ``logprobs`` object (tokens, token_logprobs, top_logprobs, text_offset)."""
+    if not positions:
+        return None
+    tokens, lps, tops, offsets = [], [], [], []
+    at = offset
+    for tid, pos in zip(token_ids, positions, strict=False):
+        chosen = _sampled(pos, tid)
+        text = chosen.decoded_token if chosen else ""
+        tokens.append(text)
+        lps.append(chosen.logprob if chosen else None)
+        tops.append({c.decoded_token: c.logprob for c in _top(pos, top_n)})
+        offsets.append(at)
+        at += len(text)
+    return {"tokens": tokens, "token_logprobs": lps, "top_logprobs": tops, "text_offset": offsets}
+
+
+def chat_logprobs(token_ids, positions, top_n: int) -> dict[str, Any] | None:
+    """OpenAI's chat ``logprobs`` object: ``{"content": [{token, logprob, bytes, top_logprobs}]}``."""
+    if not positions:
+        return None
+    content = []
+    for tid, pos in zip(token_ids, positions, strict=False):
+        chosen = _sampled(pos, tid)
+        text = chosen.decoded_token if chosen else ""
+        content.append(
+            {
+                "token": text,
+                "logprob": chosen.logprob if chosen else -9999.0,
+                "bytes": list(text.encode("utf-8")),
+                "top_logprobs": [
+                    {"token": c.decoded_token, "logprob": c.logprob, "bytes": list(c.decoded_token.encode("utf-8"))}
+                    for c in _top(pos, top_n)
+                ],
+            }
+        )
+    return {"content": content}
+
+
+def completion_response(reply: inference_pb2.GenerateResponse, model: str, top_n: int) -> dict[str, Any]:
+    return {
+        "id": f"cmpl-{reply.request_id}",
+        "object": "text_completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [
+            {
+                "index": o.index,
+                "text": o.text,
+                "logprobs": completion_logprobs(o.token_ids, o.logprobs, top_n),
+                "finish_reason": finish_reason(o.finish_reason),
+            }
+            for o in reply.outputs
+        ],
+        "usage": usage(reply.usage),
+    }
+
+
+def chat_response(reply: inference_pb2.ChatResponse, model: str, top_n: int) -> dict[str, Any]:
+    return {
+        "id": f"chatcmpl-{reply.request_id}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [
+            {
+                "index": o.index,
+                "message": {"role": "assistant", "content": o.text},
+                "logprobs": chat_logprobs(o.token_ids, o.logprobs, top_n),
+                "finish_reason": finish_reason(o.finish_reason),
+            }
+            for o in reply.outputs
+        ],
+        "usage": usage(reply.usage),
+    }
+
+
+def embedding_response(reply: inference_pb2.EmbedResponse, model: str, encoding: str) -> dict[str, Any]:
+    def encode(values) -> list[float] | str:
+        if encoding == "base64":  # little-endian float32, as OpenAI's API sends it
+            return base64.b64encode(struct.pack(f"<{len(values)}f", *values)).decode("ascii")
+        return list(values)
+
+    return {
+        "object": "list",
+        "data": [{"object": "embedding", "index": e.index, "embedding": encode(e.values)} for e in reply.embeddings],
+        "model": model,
+        "usage": {"prompt_tokens": reply.usage.prompt_tokens, "total_tokens": reply.usage.prompt_tokens},
+    }
+
+
+class StreamChunks:
+    """Turns ``GenerateStreamResponse``/``ChatStreamResponse`` messages into OpenAI stream
+    chunks (``text_completion`` / ``chat.completion.chunk``), plus the usage chunk when
+    ``stream_options.include_usage`` is set."""
+
+    def __init__(self, *, chat: bool, model: str, request_id: str, include_usage: bool, top_n: int) -> None:
+        self.chat = chat
+        self.model = model
+        self.id = f"{'chatcmpl' if chat else 'cmpl'}-{request_id}"
+        self.created = int(time.time())
+        self.include_usage = include_usage
+        self.top_n = top_n
+        self._started: set[int] = set()
+
+    def _chunk(self, choices: list[dict[str, Any]], usage_obj: dict[str, Any] | None = None) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "id": self.id,
+            "object": "chat.completion.chunk" if self.chat else "text_completion",
+            "created": self.created,
+            "model": self.model,
+            "choices": choices,
+        }
+        if self.include_usage:
+            out["usage"] = usage_obj
+        return out
+
+    def chunks(self, msg) -> list[dict[str, Any]]:
+        out = []
+        has_content = bool(msg.text or msg.token_ids or msg.finish_reason)
+        if has_content:
+            reason = finish_reason(msg.finish_reason)
+            if self.chat:
+                delta: dict[str, Any] = {"content": msg.text} if msg.text or not reason else {}
+                if msg.index not in self._started:
+                    self._started.add(msg.index)
+                    delta = {"role": "assistant", "content": msg.text}
+                choice = {
+                    "index": msg.index,
+                    "delta": delta,
+                    "logprobs": chat_logprobs(msg.token_ids, msg.logprobs, self.top_n),
+                    "finish_reason": reason,
+                }
+            else:
+                choice = {
+                    "index": msg.index,
+                    "text": msg.text,
+                    "logprobs": completion_logprobs(msg.token_ids, msg.logprobs, self.top_n),
+                    "finish_reason": reason,
+                }
+            out.append(self._chunk([choice]))
+        if msg.HasField("usage") and self.include_usage:
+            out.append(self._chunk([], usage(msg.usage)))
+        return out

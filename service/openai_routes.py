@@ -1,0 +1,372 @@
+"""The OpenAI-compatible HTTP front end: a Starlette app whose routes are thin adapters over
+the call core (``service.call_core``) and the inference operations (``service.inference``).
+
+Routes (OpenAI API reference): ``GET /v1/models``, ``GET /v1/models/{model}``,
+``POST /v1/completions``, ``POST /v1/chat/completions`` (``stream: true`` → Server-Sent
+Events ending in ``data: [DONE]``; ``stream_options.include_usage`` adds a usage chunk),
+``POST /v1/embeddings``; ``GET /health`` (200 while the gRPC health of ``""`` is SERVING,
+else 503) and ``GET /health/live`` (200 while the process runs); neither is audited.
+
+Each call is one record in the audit log with method ``openai/<endpoint>`` (e.g.
+``openai/chat.completions``), counted by the same admission as gRPC, and answered with its
+request id in the ``x-request-id`` header. A client that disconnects cancels the task
+running its call, which aborts the engine request at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, TypeVar
+
+import grpc
+from grpc_health.v1 import health_pb2
+from pydantic import BaseModel, ValidationError
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
+
+from service.call_context import CallRecord
+from service.call_core import CallCore, Started, Transport
+from service.inference import Inference
+from service.openai_errors import REQUEST_TOO_LARGE, http_error
+from service.openai_mapping import (
+    StreamChunks,
+    chat_request,
+    chat_response,
+    completion_request,
+    completion_response,
+    embed_request,
+    embedding_response,
+)
+from service.openai_schemas import ChatBody, CompletionBody, EmbeddingBody
+from service.runtime import ModelState, Runtime
+from service.status import FieldViolation, RpcError, invalid_argument
+
+CLIENT_CERT_STATE = "xinserve_client_cert_pem"
+"""Key of the verified client certificate (PEM) in the ASGI scope's ``state``, set per
+connection by ``service.http_frontend``."""
+REQUEST_ID_HEADER = "x-request-id"
+_Body = TypeVar("_Body", bound=BaseModel)
+
+
+def transport_of(request: Request, ignore_authorization: bool = False) -> Transport:
+    """The call core's view of an HTTP request: headers (every value), peer, client cert.
+
+    ``ignore_authorization`` drops the ``Authorization`` header: OpenAI SDKs always send an
+    API key, so without a token file it is ignored (as vLLM's server does without
+    ``--api-key``) instead of refused as an unknown token.
+    """
+    headers: dict[str, list[str]] = {}
+    for key, value in request.headers.items():
+        if ignore_authorization and key.lower() == "authorization":
+            continue
+        headers.setdefault(key.lower(), []).append(value)
+    client = request.client
+    peer = ""
+    if client is not None:
+        family = "ipv6" if ":" in client.host else "ipv4"
+        peer = f"{family}:{f'[{client.host}]' if family == 'ipv6' else client.host}:{client.port}"
+    pem = (request.scope.get("state") or {}).get(CLIENT_CERT_STATE)
+    return Transport("openai", peer, headers, {"x509_pem_cert": [pem]} if pem else {})
+
+
+def _cancelled() -> grpc.StatusCode:
+    return grpc.StatusCode.CANCELLED
+
+
+async def _read_json(request: Request, limit: int) -> Any:
+    """The request body as JSON, at most ``limit`` bytes.
+
+    Raises:
+        RpcError: RESOURCE_EXHAUSTED/REQUEST_TOO_LARGE (413) or INVALID_ARGUMENT (not JSON).
+    """
+    declared = request.headers.get("content-length")
+    too_large = RpcError(
+        grpc.StatusCode.RESOURCE_EXHAUSTED, f"the request body exceeds {limit} bytes", REQUEST_TOO_LARGE
+    )
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise too_large
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > limit:
+            raise too_large
+    try:
+        return json.loads(body)
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        raise invalid_argument([FieldViolation("body", "is not valid JSON")]) from None
+
+
+def _parse(cls: type[_Body], data: Any) -> _Body:
+    if not isinstance(data, dict):
+        raise invalid_argument([FieldViolation("body", "must be a JSON object")])
+    try:
+        return cls.model_validate(data)
+    except ValidationError as exc:
+        violations = []
+        for e in exc.errors()[:20]:
+            loc = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in e["loc"]).lstrip(".")
+            violations.append(FieldViolation(loc or "body", e["msg"]))
+        raise invalid_argument(violations) from None
+
+
+async def _until_disconnect(receive: Receive) -> None:
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return
+
+
+_T = TypeVar("_T")
+
+
+async def _unless_disconnected(request: Request, work: Awaitable[_T]) -> _T:
+    """Run ``work`` in its own task (after the body was read); if the client disconnects
+    first, cancel it (which aborts its engine request), wait for its cleanup and raise
+    CANCELLED.
+
+    Raises:
+        RpcError: CANCELLED when the client went away.
+    """
+    task = asyncio.ensure_future(work)
+    watcher = asyncio.ensure_future(_until_disconnect(request.receive))
+    try:
+        await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        watcher.cancel()
+        if not task.done():
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+    if task.cancelled():
+        raise RpcError(grpc.StatusCode.CANCELLED, "the client disconnected", "CLIENT_DISCONNECTED")
+    return task.result()
+
+
+class EventStream(Response):
+    """A ``text/event-stream`` response whose producer runs in its own task, cancelled (once,
+    so that its cleanup can abort the engine request) when the client disconnects."""
+
+    media_type = "text/event-stream"
+
+    def __init__(self, first: str, rest: AsyncIterator[str], headers: dict[str, str]) -> None:
+        super().__init__(None, 200, {**headers, "cache-control": "no-cache"}, self.media_type)
+        # Streamed with chunked encoding: no Content-Length (Response adds "0" for no content).
+        self.raw_headers = [(k, v) for k, v in self.raw_headers if k != b"content-length"]
+        self._first = first
+        self._rest = rest
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        async def produce() -> None:
+            try:
+                await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
+                await send({"type": "http.response.body", "body": self._first.encode(), "more_body": True})
+                async for event in self._rest:
+                    await send({"type": "http.response.body", "body": event.encode(), "more_body": True})
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
+            finally:
+                # Cancelled or failed while sending: close the call now (recorded as cancelled,
+                # engine request aborted) instead of whenever the generator is collected.
+                with contextlib.suppress(Exception):
+                    await self._rest.aclose()  # type: ignore[attr-defined]
+
+        producer = asyncio.ensure_future(produce())
+        watcher = asyncio.ensure_future(_until_disconnect(receive))
+        try:
+            await asyncio.wait({producer, watcher}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            if not producer.done():
+                producer.cancel()
+            watcher.cancel()
+            await asyncio.gather(producer, watcher, return_exceptions=True)
+
+
+def _sse(data: Any) -> str:
+    return f"data: {json.dumps(data, ensure_ascii=False, separators=(',', ':'))}\n\n"
+
+
+class OpenAIRoutes:
+    """The routes, over one call core and the inference operations.
+
+    Args:
+        core: the call core shared with the gRPC front end.
+        inference: the inference operations.
+        max_body_bytes: largest request body (``limits.max_http_body_bytes``).
+    """
+
+    def __init__(self, core: CallCore, inference: Inference, max_body_bytes: int) -> None:
+        self.core = core
+        self.ops = inference
+        self.runtime: Runtime = core.runtime
+        self.max_body = max_body_bytes
+
+    def app(self) -> Starlette:
+        return Starlette(
+            routes=[
+                Route("/v1/models", self.list_models, methods=["GET"]),
+                Route("/v1/models/{model:path}", self.get_model, methods=["GET"]),
+                Route("/v1/completions", self.completions, methods=["POST"]),
+                Route("/v1/chat/completions", self.chat_completions, methods=["POST"]),
+                Route("/v1/embeddings", self.embeddings, methods=["POST"]),
+                Route("/health", self.health, methods=["GET"]),
+                Route("/health/live", self.live, methods=["GET"]),
+                Route("/{path:path}", self.unknown, methods=["GET", "POST", "PUT", "PATCH", "DELETE"]),
+            ]
+        )
+
+    # -- helpers ---------------------------------------------------------------------------
+
+    def _transport(self, request: Request) -> Transport:
+        return transport_of(request, ignore_authorization=not self.core.authenticator.tokens)
+
+    @staticmethod
+    def _error(err: RpcError, record: CallRecord, chat: bool = False) -> JSONResponse:
+        status, body, headers = http_error(err, chat=chat)
+        return JSONResponse(body, status, {**headers, REQUEST_ID_HEADER: record.request_id or ""})
+
+    @staticmethod
+    def _ok(body: Any, record: CallRecord) -> JSONResponse:
+        return JSONResponse(body, 200, {REQUEST_ID_HEADER: record.request_id or ""})
+
+    async def _call(
+        self,
+        request: Request,
+        method: str,
+        admitted: bool,
+        operation: Callable[[CallRecord, Any], Awaitable[Any]],
+    ) -> Response:
+        """Run a unary call through the core: ``operation(record, json_body)`` (the body is
+        None for GET)."""
+        started = self.core.begin(method, self._transport(request))
+        try:
+            async with self.core.run(started, admitted=admitted, cancel_code=_cancelled) as record:
+                data = await _read_json(request, self.max_body) if request.method == "POST" else None
+                body = await _unless_disconnected(request, operation(record, data))
+        except RpcError as err:
+            return self._error(err, started.record)
+        return self._ok(body, started.record)
+
+    # -- routes ----------------------------------------------------------------------------
+
+    async def health(self, request: Request) -> Response:
+        status = self.runtime.health_status()
+        serving = status == health_pb2.HealthCheckResponse.SERVING
+        name = health_pb2.HealthCheckResponse.ServingStatus.Name(status or 0)
+        return JSONResponse({"status": name}, 200 if serving else 503)
+
+    async def unknown(self, request: Request) -> Response:
+        """Any other path: 404 in OpenAI's error shape, audited (who probed for what)."""
+        started = self.core.begin("openai/unknown", self._transport(request))
+        path = request.url.path[:256]
+        err = await self.core.refuse(
+            started, RpcError(grpc.StatusCode.NOT_FOUND, f"no such endpoint: {request.method} {path}", "UNIMPLEMENTED")
+        )
+        return self._error(err, started.record)
+
+    async def live(self, request: Request) -> Response:
+        return JSONResponse({"status": "alive"})
+
+    def _model_object(self, name: str) -> dict[str, Any]:
+        return {"id": name, "object": "model", "created": 0, "owned_by": "xinserve"}
+
+    async def list_models(self, request: Request) -> Response:
+        async def op(record: CallRecord, _: Any) -> Any:
+            names = [n for n, e in self.runtime.models.items() if e.state is ModelState.READY]
+            allowed = []
+            for name in names:
+                try:
+                    self.core.policy.authorize_model(record.principal, record.method, name)
+                except RpcError:
+                    continue
+                allowed.append(self._model_object(name))
+            return {"object": "list", "data": allowed}
+
+        return await self._call(request, "openai/models", False, op)
+
+    async def get_model(self, request: Request) -> Response:
+        name = request.path_params["model"]
+
+        async def op(record: CallRecord, _: Any) -> Any:
+            record.model = name[:128] or None
+            self.core.policy.authorize_model(record.principal, record.method, name)
+            entry = self.runtime.models.get(name)
+            if entry is None or entry.state is not ModelState.READY:
+                raise RpcError(grpc.StatusCode.NOT_FOUND, f"model {name[:128]!r} not found", "MODEL_NOT_FOUND")
+            return self._model_object(name)
+
+        return await self._call(request, "openai/models.retrieve", False, op)
+
+    async def embeddings(self, request: Request) -> Response:
+        async def op(record: CallRecord, data: Any) -> Any:
+            body = _parse(EmbeddingBody, data)
+            reply = await self.ops.embed(embed_request(body, ""), record)
+            return embedding_response(reply, body.model, body.encoding_format or "float")
+
+        return await self._call(request, "openai/embeddings", True, op)
+
+    async def completions(self, request: Request) -> Response:
+        return await self._generate(request, chat=False)
+
+    async def chat_completions(self, request: Request) -> Response:
+        return await self._generate(request, chat=True)
+
+    async def _generate(self, request: Request, *, chat: bool) -> Response:
+        method = "openai/chat.completions" if chat else "openai/completions"
+        started = self.core.begin(method, self._transport(request))
+        record = started.record
+        events = self._events(request, started, chat)
+        try:
+            first = await events.__anext__()
+        except RpcError as err:
+            return self._error(err, record, chat)
+        if isinstance(first, dict):  # not streamed: the whole reply
+            return self._ok(first, record)
+        return EventStream(first, events, {REQUEST_ID_HEADER: record.request_id or ""})  # type: ignore[arg-type]
+
+    async def _events(self, request: Request, started: Started, chat: bool) -> AsyncIterator[Any]:
+        """One dict (the reply) for a unary request; SSE strings for a stream. Errors before
+        the first item raise ``RpcError``; later ones become an error event."""
+        sent = False
+        try:
+            async with self.core.run(started, admitted=True, cancel_code=_cancelled) as record:
+                data = await _read_json(request, self.max_body)
+                body: ChatBody | CompletionBody = _parse(ChatBody, data) if chat else _parse(CompletionBody, data)
+                top_n = (body.top_logprobs or 0) if isinstance(body, ChatBody) else (body.logprobs or 0)
+                proto: Any = chat_request(body, "") if isinstance(body, ChatBody) else completion_request(body, "")
+                if not body.stream:
+                    if chat:
+                        reply = await _unless_disconnected(request, self.ops.chat(proto, record))
+                        result = chat_response(reply, body.model, top_n)
+                    else:
+                        reply = await _unless_disconnected(request, self.ops.generate(proto, record))
+                        result = completion_response(reply, body.model, top_n)
+                else:
+                    include_usage = bool(body.stream_options and body.stream_options.include_usage)
+                    mapper = StreamChunks(
+                        chat=chat,
+                        model=body.model,
+                        request_id=record.request_id or "",
+                        include_usage=include_usage,
+                        top_n=top_n,
+                    )
+                    messages = self.ops.chat_stream(proto, record) if chat else self.ops.generate_stream(proto, record)
+                    async for msg in messages:
+                        for chunk in mapper.chunks(msg):
+                            sent = True
+                            yield _sse(chunk)
+                    result = None
+        except RpcError as err:
+            if not sent:
+                raise
+            _, error_body, _ = http_error(err, chat=chat)
+            yield _sse(error_body)
+            yield "data: [DONE]\n\n"
+            return
+        if result is not None:
+            yield result
+        else:
+            yield "data: [DONE]\n\n"

@@ -1,0 +1,116 @@
+"""Authorization: which roles may call which methods on which models (``auth.roles``).
+
+A role grants method-name patterns and model-name patterns (shell-style, ``fnmatch``).
+Method names are the call core's: ``xinserve.v1.InferenceService/Generate`` for gRPC,
+``openai/chat.completions`` for the OpenAI-compatible front end. A call is allowed when one
+of the principal's roles grants its method; a call on a model is allowed when one of those
+roles also grants the model.
+
+Separation of duties (GB/T 22239-2019 §8.1.4.3, 三员分立): a role may carry a ``duty``,
+``system``, ``security`` or ``audit`` (system, security and audit administrator). A principal
+whose roles carry two different duties is refused when the server starts (token file, mTLS
+rules, anonymous roles) unless ``auth.allow_conflicting_roles`` is set.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+from collections.abc import Iterable
+
+import grpc
+
+from service.call_context import Principal
+from service.config import AuthSettings, RoleSettings
+from service.status import RpcError
+
+
+class PolicyError(Exception):
+    """The configured policy or a principal's roles are inconsistent. Safe to print."""
+
+
+def _compile(patterns: Iterable[str]) -> re.Pattern[str]:
+    return re.compile("|".join(f"(?:{fnmatch.translate(p)})" for p in patterns) or "(?!)")
+
+
+class AccessPolicy:
+    """The role → methods/models policy of ``auth.roles``.
+
+    Args:
+        settings: the ``auth`` section.
+
+    Raises:
+        PolicyError: a role named in ``anonymous_roles`` or ``mtls_roles`` is not defined,
+            or holds conflicting duties without ``allow_conflicting_roles``.
+    """
+
+    def __init__(self, settings: AuthSettings) -> None:
+        self.settings = settings
+        self._roles: dict[str, RoleSettings] = dict(settings.roles)
+        self._methods = {name: _compile(r.methods) for name, r in self._roles.items()}
+        self._models = {name: _compile(r.models) for name, r in self._roles.items()}
+        self.check_principal("auth.anonymous_roles", settings.anonymous_roles)
+        self.check_principal("auth.mtls_default_roles", settings.mtls_default_roles)
+        for i, rule in enumerate(settings.mtls_roles):
+            self.check_principal(f"auth.mtls_roles[{i}]", rule.roles)
+
+    @property
+    def role_names(self) -> frozenset[str]:
+        return frozenset(self._roles)
+
+    def check_principal(self, who: str, roles: Iterable[str]) -> None:
+        """Refuse unknown roles and, unless allowed, roles of more than one duty.
+
+        Raises:
+            PolicyError: names ``who`` and the offending roles.
+        """
+        roles = set(roles)
+        unknown = roles - self._roles.keys()
+        if unknown:
+            raise PolicyError(f"{who}: unknown role(s) {', '.join(sorted(unknown))} (define them in auth.roles)")
+        duties = {duty for r in roles if (duty := self._roles[r].duty) is not None}
+        if len(duties) > 1 and not self.settings.allow_conflicting_roles:
+            raise PolicyError(
+                f"{who}: roles {', '.join(sorted(roles))} combine the duties {', '.join(sorted(duties))} "
+                "(system, security and audit administrators must be separate principals; "
+                "auth.allow_conflicting_roles overrides)"
+            )
+
+    def _granting(self, principal: Principal, method: str) -> list[str]:
+        name = method.lstrip("/")
+        return [r for r in sorted(principal.roles) if r in self._methods and self._methods[r].match(name)]
+
+    def authorize(self, principal: Principal, method: str) -> None:
+        """Allow the call or raise.
+
+        Raises:
+            RpcError: UNAUTHENTICATED for an anonymous caller the policy does not admit,
+                PERMISSION_DENIED for an authenticated one.
+        """
+        if self._granting(principal, method):
+            return
+        target = method.lstrip("/").split("/", 1)[0] if not method.startswith("openai/") else method
+        if principal.auth_method == "anonymous":
+            raise RpcError(
+                grpc.StatusCode.UNAUTHENTICATED,
+                f"{target} needs an authenticated caller with a role that grants it",
+                "UNAUTHENTICATED",
+            )
+        raise RpcError(
+            grpc.StatusCode.PERMISSION_DENIED,
+            f"principal lacks a role for {target}",
+            "PERMISSION_DENIED",
+        )
+
+    def authorize_model(self, principal: Principal, method: str, model: str) -> None:
+        """Allow ``method`` on ``model`` or raise PERMISSION_DENIED (UNAUTHENTICATED if anonymous)."""
+        for role in self._granting(principal, method):
+            if self._models[role].match(model):
+                return
+        anonymous = principal.auth_method == "anonymous"
+        code = grpc.StatusCode.UNAUTHENTICATED if anonymous else grpc.StatusCode.PERMISSION_DENIED
+        raise RpcError(code, f"principal has no role that grants model {model[:128]!r}", code.name)
+
+    def may_act_for_others(self, principal: Principal) -> bool:
+        """Whether the principal may abort other principals' requests (``act_for_others``)."""
+        return any(self._roles[r].act_for_others for r in principal.roles if r in self._roles)

@@ -1,0 +1,93 @@
+"""Failed-login throttling (per peer host and per principal, with a lockout window) and token
+expiry (``not_after`` in the token file)."""
+
+from __future__ import annotations
+
+import grpc
+import pytest
+from google.rpc import error_details_pb2
+
+from service.auth import AuthenticationFailed, Authenticator, TokenFileError, hash_token, load_token_file
+from service.login_throttle import LoginThrottle, peer_host
+from service.status import RpcError
+from tests.conftest import TINY
+from tests.server.frontends import extra_frontend
+from tests.server.stubs import detail_of, stubs
+from xinserve.v1 import inference_pb2
+
+GOOD = "throttle-good-0123456789"
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_lockout_after_max_failures_within_the_window():
+    clock = Clock()
+    throttle = LoginThrottle(3, window_s=60, lockout_s=300, clock=clock)
+    throttle.failed("peer:a")
+    clock.now += 61  # the first failure leaves the window
+    throttle.failed("peer:a")
+    throttle.failed("peer:a")
+    throttle.check("peer:a")  # two failures in the window: not locked
+    throttle.failed("peer:a")
+    with pytest.raises(RpcError) as locked:
+        throttle.check("peer:b", "peer:a")
+    assert locked.value.code == grpc.StatusCode.RESOURCE_EXHAUSTED and locked.value.reason == "LOGIN_THROTTLED"
+    assert locked.value.retry_after_s == pytest.approx(300)
+    clock.now += 299
+    with pytest.raises(RpcError):
+        throttle.check("peer:a")
+    clock.now += 2
+    throttle.check("peer:a")  # the lockout is over
+    throttle.check("peer:b")
+    assert peer_host("ipv4:127.0.0.1:5000") == "127.0.0.1"
+    assert peer_host("ipv6:[::1]:5000") == "::1"
+
+
+def test_token_not_after(tmp_path):
+    path = tmp_path / "tokens"
+    path.write_text(
+        f"old {hash_token('old-token-0123456789')} user not_after=2020-01-01T00:00:00Z\n"
+        f"new {hash_token('new-token-0123456789')} not_after=2999-01-01T00:00:00+08:00\n"
+    )
+    auth = Authenticator(load_token_file(path), required=True)
+    with pytest.raises(AuthenticationFailed, match="expired") as expired:
+        auth.authenticate("Bearer old-token-0123456789", {})
+    assert expired.value.principal == "old"
+    assert auth.authenticate("Bearer new-token-0123456789", {}).name == "new"
+    path.write_text(f"x {hash_token('t')} user not_after=2020-01-01\n")
+    with pytest.raises(TokenFileError, match="time zone"):
+        load_token_file(path)
+    path.write_text(f"x {hash_token('t')} not_after=yesterday\n")
+    with pytest.raises(TokenFileError, match="RFC 3339"):
+        load_token_file(path)
+
+
+@pytest.mark.asyncio(loop_scope="session")
+async def test_wrong_tokens_lock_the_peer_out(live_server, tmp_path):
+    tokens = tmp_path / "tokens"
+    tokens.write_text(f"svc {hash_token(GOOD)} user\n")
+    overrides = {
+        "listen": {"plaintext": ["127.0.0.1:0"]},
+        "auth": {"token_file": str(tokens), "max_failed_logins": 3, "lockout_s": 3600},
+    }
+    request = inference_pb2.TokenizeRequest(model=TINY, text="hi")
+    async with extra_frontend(live_server, overrides) as (_, _, port):
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            api = stubs(channel)
+            assert (await api.inference.Tokenize(request, metadata=(("authorization", f"Bearer {GOOD}"),))).token_ids
+            for i in range(3):
+                with pytest.raises(grpc.aio.AioRpcError) as wrong:
+                    await api.inference.Tokenize(request, metadata=(("authorization", f"Bearer guess-{i}"),))
+                assert wrong.value.code() == grpc.StatusCode.UNAUTHENTICATED
+            # Locked out: even the right token is refused until the lockout ends.
+            with pytest.raises(grpc.aio.AioRpcError) as locked:
+                await api.inference.Tokenize(request, metadata=(("authorization", f"Bearer {GOOD}"),))
+            assert locked.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+            retry = detail_of(locked.value, error_details_pb2.RetryInfo)
+            assert retry is not None and retry.retry_delay.seconds > 3000
