@@ -18,8 +18,9 @@ import java.util.List;
  *
  * <p>One server keeps start-up and memory small on a 2-core machine (each server loads two vLLM
  * engines): {@code --auth-required} with a token file, a plaintext loopback listener (bearer
- * tokens) and a TLS listener that requires a client certificate (mTLS; its subject is the
- * principal). TLS server verification with the test CA is exercised on that listener.
+ * tokens), a TLS listener that requires a client certificate (mTLS; its subject is the
+ * principal), and a plaintext loopback OpenAI-compatible HTTP listener (same bearer tokens). TLS
+ * server verification with the test CA is exercised on the TLS listener.
  */
 final class LiveServers implements AutoCloseable {
   static final String TINY = "xinserve-tiny-llama";
@@ -34,6 +35,8 @@ final class LiveServers implements AutoCloseable {
   final TestPki pki;
   final XinserveServer server;
   final int tlsPort;
+  /** the OpenAI-compatible HTTP listener's port ({@code http://127.0.0.1:<port>/v1}) */
+  final int httpPort;
 
   static synchronized LiveServers get() {
     if (failure != null) {
@@ -74,10 +77,12 @@ final class LiveServers implements AutoCloseable {
 
     int port = XinserveServer.freePort();
     tlsPort = XinserveServer.freePort();
+    httpPort = XinserveServer.freePort();
     XinserveServer started = XinserveServer.start("xinserve", work, port, List.of(
         "--tls-listen", "127.0.0.1:" + tlsPort,
         "--tls-cert", pki.serverCert.toString(), "--tls-key", pki.serverKey.toString(),
         "--tls-client-ca", pki.caCert.toString(),
+        "--http-listen", "127.0.0.1:" + httpPort,
         "--token-file", tokens.toString(), "--auth-required",
         "--builtin-model", TINY, "--builtin-model", MINILM));
     try (XinserveClient probe = plainClient(port).bearerToken(TOKEN).build()) {
