@@ -29,6 +29,7 @@ def pki(tmp_path_factory):
 def token_file(tmp_path_factory):
     path = tmp_path_factory.mktemp("tokens") / "tokens.txt"
     path.write_text(f"svc-http {hash_token(GOOD)} user\nauditor-http {hash_token(AUDITOR)} auditor\n")
+    path.chmod(0o600)
     return path
 
 
@@ -91,9 +92,10 @@ async def test_mtls_principal_and_roles_from_the_certificate(live_server, pki):
 
         alice = context(pki.client_cert, pki.client_key)
         async with httpx.AsyncClient(verify=alice, timeout=60) as http:
-            # alice's subject maps to the auditor role: server state yes, inference no.
+            # The subject maps to the auditor role (the default would be user), which the default
+            # policy does not grant the OpenAI API (inference).
             models = await http.get(f"{base}/models")
-            assert models.status_code == 200
+            assert models.status_code == 403
             refused = await http.post(f"{base}/completions", json={"model": TINY, "prompt": "x", "max_tokens": 1})
             assert refused.status_code == 403 and refused.json()["error"]["type"] == "permission_error"
         for ctx in (context(), context(pki.stranger_cert, pki.stranger_key)):
