@@ -42,6 +42,9 @@ class AnchorSet:
     conflicts: dict[tuple[str, int], set[bytes]] = field(default_factory=dict)
     """Record positions shipped more than once with different chain hashes (a rebuilt chain
     was shipped too): every hash seen. The log can match at most one of them."""
+    skipped: dict[str, int] = field(default_factory=dict)
+    """Per anchor file name: lines skipped because they are not text (not UTF-8, or NUL bytes)
+    and hold no anchor message: other programs' lines in a shared collector's file."""
 
     def add(self, other: AnchorSet) -> None:
         seen = {(c.payload, c.signature) for c in self.checkpoints}
@@ -53,6 +56,8 @@ class AnchorSet:
                 self.conflicts.setdefault(key, {first}).add(h)
         for key, hashes in other.conflicts.items():
             self.conflicts.setdefault(key, set()).update(hashes)
+        for name, n in other.skipped.items():
+            self.skipped[name] = self.skipped.get(name, 0) + n
 
     def __bool__(self) -> bool:
         return bool(self.checkpoints or self.records)
@@ -134,11 +139,38 @@ def parse_text(text: str) -> AnchorSet:
     return out
 
 
+def _text_lines(data: bytes, name: str) -> tuple[str, int]:
+    """The lines of ``data`` that are text (UTF-8 without NUL), joined, and how many were not.
+
+    A line that is not text but carries an anchor message (read with U+FFFD for the bad bytes)
+    is one of ours that was damaged: ``AuditEncodingError``. Any other such line belongs to
+    another program writing to the same collector and is skipped.
+    """
+    kept: list[str] = []
+    skipped = 0
+    for number, raw in enumerate(data.splitlines(), start=1):
+        try:
+            if b"\x00" in raw:
+                raise UnicodeDecodeError("utf-8", raw, 0, 1, "NUL byte")
+            kept.append(raw.decode("utf-8"))
+        except UnicodeDecodeError:
+            damaged = raw.replace(b"\x00", b"\xff").decode("utf-8", errors="replace")
+            if any(isinstance(o, dict) and "anchor" in o for o in _objects_in(damaged)):
+                raise AuditEncodingError(
+                    f"malformed anchor message in {name} line {number}: it is not UTF-8 text"
+                ) from None
+            skipped += 1
+    return "\n".join(kept), skipped
+
+
 def load_anchors(paths: Iterable[str | os.PathLike[str]]) -> AnchorSet:
     """Read anchor files (see the module docstring).
 
-    Raises ``AuditConfigError`` for a file that cannot be read, is not UTF-8 text (a binary file)
-    or holds no anchor at all, and ``AuditEncodingError`` for a malformed anchor message.
+    Lines that are not text (not UTF-8, or holding NUL bytes) and carry no anchor message are
+    skipped and counted in :attr:`AnchorSet.skipped` (a collector's file also holds other
+    programs' messages). Raises ``AuditConfigError`` for a file that cannot be read or holds no
+    anchor at all, and ``AuditEncodingError`` for a malformed anchor message (one that is not
+    UTF-8 text included).
     """
     out = AnchorSet()
     for p in paths:
@@ -151,14 +183,16 @@ def load_anchors(paths: Iterable[str | os.PathLike[str]]) -> AnchorSet:
             raise AuditConfigError(f"cannot read anchor file {path.name}: {why}") from None
         if len(data) > MAX_ANCHOR_FILE_BYTES:
             raise AuditConfigError(f"anchor file {path.name} is larger than 2 GiB")
-        if b"\x00" in data:
-            raise AuditConfigError(f"anchor file {path.name} is not text (it holds NUL bytes)")
-        try:
-            text = data.decode("utf-8")
-        except UnicodeDecodeError:
-            raise AuditConfigError(f"anchor file {path.name} is not UTF-8 text") from None
+        text, skipped = _text_lines(data, path.name)
         found = parse_text(text)
         if not found:
+            if skipped:
+                raise AuditConfigError(
+                    f"anchor file {path.name} holds no audit anchor (it is not text: "
+                    f"{skipped} lines are not UTF-8 or hold NUL bytes)"
+                )
             raise AuditConfigError(f"anchor file {path.name} holds no audit anchor")
+        if skipped:
+            found.skipped[path.name] = skipped
         out.add(found)
     return out

@@ -161,6 +161,7 @@ def _guard(fn: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namesp
         from trust.errors import TrustError
 
         try:
+            _check_text_options(args)
             return fn(args)
         except AuditStoreError as exc:
             _err(f"audit store unreachable: {exc}")
@@ -179,6 +180,26 @@ def _guard(fn: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namesp
 
     wrapper.__name__ = fn.__name__
     return wrapper
+
+
+MAX_CHAIN_NAME = 128
+"""Longest chain name (a writer's ``node_id``)."""
+
+
+def _check_text_options(args: argparse.Namespace) -> None:
+    """Every text option must be UTF-8 (the store's encoding) and ``--chain`` 1..128 characters;
+    ``AuditConfigError`` (exit 2) naming the option otherwise."""
+    for dest, value in vars(args).items():
+        if not isinstance(value, str):
+            continue
+        flag = "--" + dest.replace("_", "-")
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise AuditConfigError(f"{flag}: not UTF-8 text") from None
+    chain = getattr(args, "chain", None)
+    if chain is not None and not 1 <= len(chain) <= MAX_CHAIN_NAME:
+        raise AuditConfigError(f"--chain: a chain name is 1 to {MAX_CHAIN_NAME} characters (got {len(chain)})")
 
 
 def _store_settings(args: argparse.Namespace) -> Any:
@@ -246,6 +267,8 @@ def _run_verify(args: argparse.Namespace) -> int:
     from audit.verify import missing_store_report
 
     anchors = load_anchors(args.anchor) if args.anchor else AnchorSet()
+    for name, n in anchors.skipped.items():
+        _err(f"note: {n} lines of anchor file {name} skipped: not text (not UTF-8 or NUL bytes), no anchor in them")
     tsa_roots = _load_tsa_roots(args.tsa_cert) if args.tsa_cert else None
     archive_key = parse_sm4_key(args.archive_key_file.read_bytes()) if args.archive_key_file else None
     try:
@@ -253,7 +276,7 @@ def _run_verify(args: argparse.Namespace) -> int:
     except AuditStoreError as exc:
         if not anchors or "does not exist" not in str(exc):
             raise
-        report = missing_store_report(anchors, "the audit database does not exist (deleted)")
+        report = missing_store_report(anchors, "the audit database does not exist (deleted)", keys)
     else:
         from audit.stores import open_store
 
@@ -309,8 +332,11 @@ def _run_seal(args: argparse.Namespace) -> int:
 
     from audit.errors import AuditUnavailable, WriterConflict
     from audit.log import AuditIntegrityError, AuditLog, load_signer
+    from audit.stores import open_store
+    from trust.errors import InvalidSignature
 
-    settings = _store_settings(args).model_copy(
+    store_settings = _store_settings(args)
+    settings = store_settings.model_copy(
         update={
             "node_id": args.chain,
             "signing_key_path": args.key,
@@ -322,6 +348,28 @@ def _run_seal(args: argparse.Namespace) -> int:
         }
     )
     signer = load_signer(settings)
+    key_id = signer.public_key().key_id
+    # Refuse before anything is written: a chain the store does not hold, or a key not the chain's.
+    with open_store(store_settings, readonly=True) as store:
+        if not store.has_chain(args.chain):
+            _err(f"--chain: {UnknownChainError(args.chain, store.chains())}; nothing was written")
+            return EXIT_USAGE
+        last = store.last_checkpoint(args.chain)
+    if last is not None:
+        if last.checkpoint.key_id != key_id:
+            _err(
+                f"--key: key id {key_id} is not the key of chain {args.chain!r} (its checkpoints are signed "
+                f"with key id {last.checkpoint.key_id}); nothing was written"
+            )
+            return EXIT_USAGE
+        try:
+            signer.public_key().verify(last.signature, last.payload)
+        except InvalidSignature:
+            _err(
+                f"chain {args.chain!r}: its last checkpoint {last.checkpoint.n} does not verify with the key; "
+                "run `xinserve audit verify`; nothing was written"
+            )
+            return EXIT_FAILED
 
     async def seal() -> Any:
         log = await AuditLog.open(settings, signer, start_ticker=False)

@@ -163,7 +163,9 @@ def verify_store(
     """
     _check_range(start, end)
     trusted = {k.key_id: k for k in keys}
-    anchor_set = anchors if isinstance(anchors, AnchorSet) else AnchorSet(checkpoints=list(anchors))
+    given = anchors if isinstance(anchors, AnchorSet) else AnchorSet(checkpoints=list(anchors))
+    # Only anchors whose signature verifies say anything about the log; the others are findings.
+    anchor_set, forged = split_anchors(given, trusted)
     # No audit table at all is an empty store (anchors decide whether it should hold something);
     # some tables, or tables with other columns, are tampering.
     schema = store.schema_problems() if store.schema_exists() else []
@@ -173,12 +175,13 @@ def verify_store(
         return VerifyReport([report])
     anchored_chains = {a.checkpoint.chain for a in anchor_set.checkpoints} | {c for c, _ in anchor_set.records}
     if not store.schema_exists():
-        if chain is not None and chain not in anchored_chains:
+        if chain is not None and chain not in anchored_chains and chain not in forged:
             raise UnknownChainError(chain, [])
         wanted = {chain} if chain is not None else anchored_chains
-        return VerifyReport([gone_chain_report(c, anchor_set) for c in sorted(wanted & anchored_chains)])
+        gone = [gone_chain_report(c, anchor_set) for c in sorted(wanted & anchored_chains)]
+        return VerifyReport(_with_forged(gone, forged, chain))
     if chain is not None:
-        if chain not in anchored_chains:
+        if chain not in anchored_chains and chain not in forged:
             store.require_chain(chain)
         chains = [chain] if store.has_chain(chain) else []
     else:
@@ -193,11 +196,54 @@ def verify_store(
     wanted = {chain} if chain is not None else anchored_chains
     for gone in sorted(wanted & anchored_chains - set(chains)):
         reports.append(gone_chain_report(gone, anchor_set))
-    reports.sort(key=lambda r: r.chain)
+    reports = _with_forged(reports, forged, chain)
     beyond = [r for r in reports if r.out_of_range]
     if start is not None and beyond and len(beyond) == len(reports) and not any(r.problems for r in reports):
         raise AuditRangeError(_beyond_message(start, beyond))
     return VerifyReport(reports)
+
+
+def split_anchors(anchors: AnchorSet, trusted: dict[str, Verifier]) -> tuple[AnchorSet, dict[str, list[Problem]]]:
+    """``anchors`` less the checkpoints not signed by a trusted key or whose signature fails,
+    and those as problems (``anchor_untrusted``, ``anchor_bad_signature``) by the chain they claim.
+
+    The claims of an anchor (its chain, its number, what it covers) are only read once its
+    SM2 signature verified: a forged one is reported as such, never as a deleted chain.
+    """
+    from trust.errors import InvalidSignature
+
+    kept = AnchorSet(
+        timestamps=dict(anchors.timestamps), records=dict(anchors.records), conflicts=dict(anchors.conflicts)
+    )
+    forged: dict[str, list[Problem]] = {}
+    for a in anchors.checkpoints:
+        c = a.checkpoint
+        key = trusted.get(c.key_id)
+        if key is None:
+            problem = Problem("anchor_untrusted", f"anchor {c.n} is not signed by a trusted key", checkpoint=c.n)
+        else:
+            try:
+                key.verify(a.signature, a.payload)
+            except InvalidSignature:
+                problem = Problem("anchor_bad_signature", f"anchor {c.n} has an invalid signature", checkpoint=c.n)
+            else:
+                kept.checkpoints.append(a)
+                continue
+        forged.setdefault(c.chain, []).append(problem)
+    return kept, forged
+
+
+def _with_forged(reports: list[ChainReport], forged: dict[str, list[Problem]], chain: str | None) -> list[ChainReport]:
+    """``reports`` with the problems of anchors that failed :func:`split_anchors` added, sorted by chain."""
+    by_chain = {r.chain: r for r in reports}
+    for c, problems in forged.items():
+        if chain is not None and c != chain:
+            continue
+        report = by_chain.get(c)
+        if report is None:
+            report = by_chain[c] = ChainReport(chain=c)
+        report.problems.extend(problems)
+    return sorted(by_chain.values(), key=lambda r: r.chain)
 
 
 def gone_chain_report(chain: str, anchors: AnchorSet) -> ChainReport:
@@ -225,13 +271,18 @@ def gone_chain_report(chain: str, anchors: AnchorSet) -> ChainReport:
     return report
 
 
-def missing_store_report(anchors: AnchorSet, why: str) -> VerifyReport:
-    """The report when the store itself is gone (``why``) but anchors say it held chains."""
+def missing_store_report(anchors: AnchorSet, why: str, keys: Sequence[Verifier] = ()) -> VerifyReport:
+    """The report when the store itself is gone (``why``) but anchors say it held chains.
+
+    Only anchors whose signature verifies with one of ``keys`` count (see :func:`split_anchors`);
+    the others are reported as ``anchor_untrusted`` / ``anchor_bad_signature``.
+    """
+    anchors, forged = split_anchors(anchors, {k.key_id: k for k in keys})
     chains = sorted({a.checkpoint.chain for a in anchors.checkpoints} | {c for c, _ in anchors.records})
     reports = [gone_chain_report(c, anchors) for c in chains]
     for r in reports:
         r.problems.insert(0, Problem("store_missing", why))
-    return VerifyReport(reports)
+    return VerifyReport(_with_forged(reports, forged, None))
 
 
 @dataclass(slots=True)
