@@ -6,6 +6,7 @@ import io.xinserve.client.XinserveClient;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Path;
+import java.nio.file.attribute.PosixFilePermissions;
 import java.security.MessageDigest;
 import java.security.NoSuchAlgorithmException;
 import java.time.Duration;
@@ -74,6 +75,7 @@ final class LiveServers implements AutoCloseable {
     Path tokens = work.resolve("tokens.txt");
     Files.writeString(tokens, "# principal sha256(token) roles\n" + PRINCIPAL + " " + sha256(TOKEN) + " user\n",
         StandardCharsets.UTF_8);
+    Files.setPosixFilePermissions(tokens, PosixFilePermissions.fromString("rw-------")); // the server refuses a group/world-readable token file
 
     int port = XinserveServer.freePort();
     tlsPort = XinserveServer.freePort();
