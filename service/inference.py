@@ -13,6 +13,8 @@ CancelledError/GeneratorExit).
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import time
 from collections.abc import AsyncIterator
@@ -134,14 +136,27 @@ class Inference:
 
     async def run(self, engine: Engine, gen: GenerateInput, info: CallRecord) -> AsyncIterator[GenerationUpdate]:
         """The engine's updates, counted into the record and the metrics; closing this
-        iterator aborts the engine request."""
+        iterator aborts the engine request.
+
+        The call's ``rpc_begin`` audit record (``AuditTrail.record_begin``) is appended while
+        the engine starts and is durable before the first update is passed on, so a call
+        that produces output always has a begin record ahead of it and of its ``rpc`` record.
+
+        Raises:
+            RpcError: UNAVAILABLE when the begin record cannot be written (fail-closed).
+        """
         self.active[gen.request_id] = (engine, info.principal.name)
         model = engine.info.name
         started = time.monotonic()
         last_token_at: float | None = None
+        audit = self._rt.audit
+        begin = asyncio.ensure_future(audit.record_begin(info)) if audit is not None else None
         iterator = engine.generate(gen)
         try:
             async for update in iterator:
+                if begin is not None:
+                    pending, begin = begin, None
+                    await pending
                 produced = sum(len(c.token_ids) for c in update.completions)
                 if produced:
                     now = time.monotonic()
@@ -165,6 +180,12 @@ class Inference:
         finally:
             self.active.pop(gen.request_id, None)
             await iterator.aclose()  # type: ignore[attr-defined]
+            if begin is not None:
+                # The engine failed or the call was cancelled before any output: the begin
+                # record still precedes the call's end record. Its own failure is reported
+                # by that end record (the store is unwritable for it too).
+                with contextlib.suppress(RpcError):
+                    await begin
 
     @staticmethod
     def _usage(update: GenerationUpdate, info: CallRecord) -> common_pb2.Usage:

@@ -98,8 +98,14 @@ async def test_one_audit_record_per_call_with_the_grpc_fields(http_server, api, 
         )
     records = await _records(live_server, since)
     by_id: dict[str, list] = {}
+    begins: dict[str, int] = {}
     for r in records:
-        by_id.setdefault(r.request_id, []).append(r)
+        if r.event == "rpc_begin":
+            begins[r.request_id] = begins.get(r.request_id, 0) + 1
+        else:
+            by_id.setdefault(r.request_id, []).append(r)
+    # Calls that produce output have one begin record each; a refused call none.
+    assert [begins.get(i, 0) for i in (rid_http, rid_grpc, "openai-audit-2", "openai-audit-3")] == [1, 1, 1, 0]
     (h,) = by_id[rid_http]
     (g,) = by_id[rid_grpc]
     assert h.method == "openai/chat.completions" and g.method == "/xinserve.v1.InferenceService/Chat"
