@@ -28,7 +28,8 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
             "from --config (YAML) and XINSERVE_* variables; flags win. Exit codes: 0 stopped cleanly, "
             "2 invalid configuration, 3 environment error (device plugin missing, port in use, bad trust "
             "store), 4 no model could be served, 5 the running image's signature did not verify, 6 the audit "
-            "log cannot be opened or does not verify."
+            "log cannot be opened or does not verify, 7 a model's engine died while serving (restart the "
+            "server: every model is verified again)."
         ),
     )
     p.add_argument("--config", type=Path, help="YAML configuration file")
