@@ -13,50 +13,92 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
+import tempfile
 from pathlib import Path
 from typing import Any
 
 from trust import sm4
 
 
-def _load_or_create_key(path: Path) -> tuple[bytes, bool]:
+def _load_key(path: Path) -> bytes | None:
+    """The SM4 key in ``path``, ``None`` when the file does not exist (a new key is to be made)."""
     try:
         text = path.read_text().strip()
     except FileNotFoundError:
-        key = sm4.generate_key()
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w") as fh:
-            fh.write(key.hex() + "\n")
-        return key, True
+        return None
     try:
         key = bytes.fromhex(text)
     except ValueError:
         raise ValueError(f"{path} does not hold a hex SM4 key") from None
     if len(key) != sm4.KEY_SIZE:
         raise ValueError(f"{path} does not hold a 16-byte SM4 key (32 hex characters)")
-    return key, False
+    return key
+
+
+def _write_new_key(path: Path, key: bytes) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(key.hex() + "\n")
 
 
 def _encrypt_model(args: argparse.Namespace) -> int:
+    """Everything is checked (signing key included) before anything is written; the encrypted
+    (and signed) directory is built next to ``--output`` and renamed into place at the end, so a
+    failure leaves neither an output directory nor a new key file behind."""
+    from trust.errors import KeyFormatError
     from trust.tee.model_encryption import encrypt_model
 
     source = Path(args.directory)
     if not source.is_dir():
         raise FileNotFoundError(2, "model directory not found", str(source))
-    key, created = _load_or_create_key(Path(args.key_file))
-    model = encrypt_model(source, args.output, key, args.key_id)
+    signer = None
+    if args.sign_key:
+        from trust.cli import _read_private_key
+
+        args.key = args.sign_key
+        try:
+            signer = _read_private_key(args)
+        except KeyFormatError as exc:
+            raise KeyFormatError(f"--sign-key: {exc}") from None
+    key_file = Path(args.key_file)
+    key = _load_key(key_file)
+    created = key is None
+    if key is None:
+        key = sm4.generate_key()
+    output = Path(args.output)
+    if output.exists() and (not output.is_dir() or any(output.iterdir())):
+        raise ValueError(f"{output} exists and is not an empty directory")
+    output.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{output.name}.", suffix=".partial", dir=output.parent))
+    try:
+        model = encrypt_model(source, staging, key, args.key_id)
+        name = args.name or source.resolve().name
+        signature = None
+        if signer is not None:
+            from trust.model_signing import sign_model
+
+            signature = sign_model(staging, signer, name)
+        if created:
+            _write_new_key(key_file, key)
+        try:
+            umask = os.umask(0o022)
+            os.umask(umask)
+            os.chmod(staging, 0o777 & ~umask)
+            os.replace(staging, output)
+        except BaseException:
+            if created:
+                key_file.unlink(missing_ok=True)
+            raise
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
     print(f"encrypted {len(model.files)} files into {args.output} (SM4-GCM, key id {model.key_id})")
     print(f"plaintext manifest digest: {model.plaintext_manifest_digest}")
     if created:
         print(f"a new SM4 key was written to {args.key_file}: store it in the KBS as resource {model.key_id}")
-    if args.sign_key:
-        from trust.cli import _read_private_key
-        from trust.model_signing import sign_model
-
-        args.key = args.sign_key
-        name = args.name or source.resolve().name
-        out = sign_model(args.output, _read_private_key(args), name)
-        print(f"signed encrypted model {name!r}: {out}")
+    if signature is not None:
+        print(f"signed encrypted model {name!r}: {output / signature.name}")
     return 0
 
 
