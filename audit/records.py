@@ -63,6 +63,14 @@ class EventType(enum.StrEnum):
     AUDIT_ANCHOR_SHIPPING = "audit_anchor_shipping"
     """The syslog collector went down (``UNAVAILABLE``), came back (``OK``), anchors were dropped
     from the full buffer (``DATA_LOSS``, ``count``) or a checkpoint got no time-stamp."""
+    CREDENTIALS_RELOADED = "credentials_reloaded"
+    """The token file was reloaded (SIGHUP): ``principals_added``, ``principals_removed``,
+    ``roles_changed``, ``tokens_changed`` (principal names); ``FAILED_PRECONDITION`` with
+    ``reason`` when it did not load and the previous tokens stay."""
+    TRUST_STORE_RELOADED = "trust_store_reloaded"
+    """The trust store was reloaded (SIGHUP): ``keys_trusted``, ``keys_untrusted``,
+    ``keys_revoked``, ``keys_unrevoked`` (key ids); ``FAILED_PRECONDITION`` with ``reason``
+    when it did not load and the previous store stays."""
     RPC_BEGIN = "rpc_begin"
     """A streamed or long call started (written before its first output); its ``rpc`` record
     follows with the same ``request_id``. A begin without an end means the process died."""

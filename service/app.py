@@ -3,7 +3,8 @@
 Order (ARCHITECTURE.md): load config → verify the running image signature if configured
 → [open audit: audit issue] → [TEE attest: later] → start listeners with health NOT_SERVING
 → for each model: verify its SM2 signature (fail closed) → load engine → health SERVING
-→ serve. SIGTERM/SIGINT: health NOT_SERVING, new inference calls UNAVAILABLE, in-flight
+→ serve. SIGHUP: reload the token file and the trust store (``service.reload``, audited).
+SIGTERM/SIGINT: health NOT_SERVING, new inference calls UNAVAILABLE, in-flight
 calls get ``drain_grace_seconds`` to finish, the rest are cancelled (which aborts their engine
 requests), engines stop, exit 0.
 """
@@ -26,7 +27,6 @@ from engine_backends.vllm_compat import engine_version
 from engine_backends.vllm_engine import VllmEngine
 from service import metrics
 from service.audit_trail import AuditTrail
-from service.auth import Authenticator, load_token_file
 from service.config import Settings
 from service.engine_watch import EngineWatch
 from service.frontend import Frontend
@@ -34,6 +34,7 @@ from service.http_frontend import HttpFrontend
 from service.logs import get_logger
 from service.model_metrics import export_runtime
 from service.model_verification import copies_root, verify_and_load
+from service.reload import Reloader, authenticator_for, changed_config_fields
 from service.runtime import AdapterEntry, ModelEntry, ModelState, Runtime
 from service.server_servicer import server_version
 from service.tee_hook import TeeHook, TeeStartupError
@@ -96,13 +97,6 @@ def config_digest(settings: Settings) -> str:
     return "sm3:" + sm3_hex(settings.model_dump_json().encode("utf-8"))
 
 
-# Engine arguments for the built-in models (tiny; CPU-friendly).
-_BUILTIN_OPTIONS = {
-    "generate": {"max_model_len": 2048, "max_num_seqs": 64, "max_num_batched_tokens": 4096},
-    "embed": {"max_model_len": 256, "max_num_seqs": 64, "max_num_batched_tokens": 4096},
-}
-
-
 def offline_environment() -> None:
     """No hub downloads, no usage telemetry: models are local and deployments are closed."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -110,11 +104,6 @@ def offline_environment() -> None:
     os.environ.setdefault("VLLM_NO_USAGE_STATS", "1")
     os.environ.setdefault("DO_NOT_TRACK", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-
-
-def authenticator_for(settings: Settings) -> Authenticator:
-    tokens = load_token_file(settings.auth.token_file) if settings.auth.token_file else []
-    return Authenticator(tokens, settings.auth.required)
 
 
 async def model_entries(
@@ -141,7 +130,7 @@ async def model_entries(
         return entries, store
 
     def prepare() -> tuple[list, TrustStore]:
-        builtins = builtin_models(settings.data_dir)
+        builtins = builtin_models(settings.data_dir, settings.builtin_models)
         key, demo_store_dir = ensure_demo_key(settings.data_dir)
         for b in builtins:
             if sign_if_unsigned(b.path, key, b.name):
@@ -155,7 +144,7 @@ async def model_entries(
         for name in signed:
             await audit.event(EventType.KEY_USED, model=name, purpose="demo signing of a built-in model")
     for builtin in builtins:
-        options = {**_BUILTIN_OPTIONS[builtin.kind], **engine_args}
+        options = {**builtin.engine_options, **engine_args}
         engine = VllmEngine(builtin.name, builtin.kind, builtin.path, profile, options)
         entries.append(ModelEntry(builtin.name, builtin.kind, builtin.path, engine))
     return entries, store
@@ -229,7 +218,11 @@ class Server:
             image_digest=settings.trust.image_digest,
             allow_unsigned_models=settings.trust.allow_unsigned_models,
         )
-        await audit.event(EventType.CONFIG_LOADED, config_digest=config_digest(settings))
+        await audit.event(
+            EventType.CONFIG_LOADED,
+            config_digest=config_digest(settings),
+            changed_fields=",".join(changed_config_fields(settings)),
+        )
         try:
             runtime.tee = await TeeHook.start(settings.tee, runtime)
         except TeeStartupError as exc:
@@ -246,6 +239,15 @@ class Server:
         for entry in runtime.models.values():
             await runtime.mark(entry, ModelState.LOADING)
         return cls(settings, runtime, frontend, profile, store, http=http)
+
+    def reloader(self) -> Reloader:
+        """Reloads the token file and the trust store into this server (SIGHUP)."""
+
+        def set_store(store: TrustStore | None) -> None:
+            self.trust_store = store
+
+        store = self.trust_store if self.settings.trust.trust_store_dir else None
+        return Reloader(self.settings, self.frontend.core, self.runtime.audit, store, set_store)
 
     async def load_models(self) -> bool:
         """Verify then load every model; health turns SERVING if at least one is ready. Returns that."""
@@ -295,6 +297,15 @@ async def serve(settings: Settings) -> int:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, server.stop_requested.set)
+    reloader = server.reloader()
+    reloads: set[asyncio.Task[bool]] = set()
+
+    def on_sighup() -> None:
+        task = asyncio.create_task(reloader.reload())
+        reloads.add(task)
+        task.add_done_callback(reloads.discard)
+
+    loop.add_signal_handler(signal.SIGHUP, on_sighup)
     if settings.metrics_listen:
         host, _, port = settings.metrics_listen.rpartition(":")
         start_http_server(int(port), addr=host.strip("[]"))

@@ -137,7 +137,8 @@ class AuthSettings(_Model):
     """Who may call. The principal is the mTLS certificate subject or the token's principal."""
 
     token_file: Path | None = None
-    """Lines ``<principal> <sha256-hex of the token> [roles,comma,separated]``; '#' comments."""
+    """Lines ``<principal> <sha256-hex of the token> [roles,comma,separated]``; '#' comments.
+    Must not be accessible to its group or others (mode 0600); reloaded on SIGHUP."""
     required: bool = False
     """Refuse calls with neither a valid token nor a client certificate (UNAUTHENTICATED)."""
     roles: dict[str, RoleSettings] = Field(default_factory=default_roles)
@@ -150,6 +151,9 @@ class AuthSettings(_Model):
     """Roles of an mTLS principal no rule matches."""
     allow_conflicting_roles: bool = False
     """Allow a principal to hold roles of different duties (not for production)."""
+    allow_insecure_token_file_permissions: bool = False
+    """Warn instead of refusing to start (or reload) when ``token_file`` is accessible to its
+    group or others (not for production)."""
     max_failed_logins: int = Field(default=10, ge=1)
     """Failed logins (refused or expired tokens) from one peer host, or for one principal,
     within ``failed_login_window_s`` that lock it out for ``lockout_s``."""

@@ -80,6 +80,7 @@ def test_models_per_role(tmp_path):
 def test_conflicting_duties_are_refused_at_start_unless_allowed(tmp_path):
     tokens = tmp_path / "tokens.txt"
     tokens.write_text(f"root {hash_token('t-0123456789abcdef')} admin,auditor\n")
+    tokens.chmod(0o600)
     with pytest.raises(TokenFileError, match=r"root.*(audit.*system|system.*audit)"):
         authenticator_for(settings(tmp_path, {"token_file": str(tokens)}))
     allowed = settings(tmp_path, {"token_file": str(tokens), "allow_conflicting_roles": True})

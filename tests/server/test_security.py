@@ -29,6 +29,7 @@ def pki(tmp_path_factory):
 def token_file(tmp_path_factory):
     path = tmp_path_factory.mktemp("tokens") / "tokens.txt"
     path.write_text(f"# test tokens\nsvc-a {hash_token(GOOD)}\nauditor-1 sha256:{hash_token(AUDITOR)} auditor\n")
+    path.chmod(0o600)
     return path
 
 
