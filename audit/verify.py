@@ -178,8 +178,8 @@ def verify_store(
         if chain is not None and chain not in anchored_chains and chain not in forged:
             raise UnknownChainError(chain, [])
         wanted = {chain} if chain is not None else anchored_chains
-        gone = [gone_chain_report(c, anchor_set) for c in sorted(wanted & anchored_chains)]
-        return VerifyReport(_with_forged(gone, forged, chain))
+        deleted = [gone_chain_report(c, anchor_set) for c in sorted(wanted & anchored_chains)]
+        return VerifyReport(_with_forged(deleted, forged, chain))
     if chain is not None:
         if chain not in anchored_chains and chain not in forged:
             store.require_chain(chain)
