@@ -71,6 +71,15 @@ class Started:
     request_id_ok: bool
 
 
+def _stopped_by_drain() -> RpcError:
+    return RpcError(
+        grpc.StatusCode.UNAVAILABLE,
+        "the server stopped this call at the end of its drain; retry on another replica",
+        "DRAINING",
+        retry_after_s=1.0,
+    )
+
+
 class CallCore:
     """Identity → authorization → drain and admission → operation → record, metrics, log.
 
@@ -93,6 +102,9 @@ class CallCore:
         self.policy = policy
         auth = runtime.settings.auth
         self.throttle = throttle or LoginThrottle(auth.max_failed_logins, auth.failed_login_window_s, auth.lockout_s)
+        # Tasks running an admitted call, and those of them stopped by ``stop_running``.
+        self._running: set[asyncio.Task] = set()
+        self._stopping: set[asyncio.Task] = set()
 
     # -- 1: the record and identity ------------------------------------------------------
 
@@ -158,12 +170,26 @@ class CallCore:
         """
         record = started.record
         err: RpcError | None = None
+        task = asyncio.current_task()
         async with AsyncExitStack() as stack:
             try:
                 await self._enter(started, admitted, stack)
+                if admitted and task is not None:
+                    self._running.add(task)
+                    stack.callback(self._running.discard, task)
                 yield record
                 await stack.aclose()  # release admission before the audit write
-            except (asyncio.CancelledError, GeneratorExit):
+            except asyncio.CancelledError:
+                await stack.aclose()
+                if task is None or task not in self._stopping:
+                    await self._cancelled(record, cancel_code())
+                    raise
+                # Stopped by the server at the end of the drain grace: the client is still
+                # there and gets UNAVAILABLE with the DRAINING reason.
+                self._stopping.discard(task)
+                task.uncancel()
+                err = await self._failed(record, _stopped_by_drain())
+            except GeneratorExit:
                 await stack.aclose()
                 await self._cancelled(record, cancel_code())
                 raise
@@ -173,6 +199,17 @@ class CallCore:
         if err is not None:
             raise err
         await self.complete(record, grpc.StatusCode.OK)
+
+    async def stop_running(self, timeout_s: float = 10.0) -> None:
+        """End every admitted call still running (the drain grace is over): each is cancelled
+        and answered UNAVAILABLE with ErrorInfo reason ``DRAINING`` (its engine request is
+        aborted, its audit record written). Waits up to ``timeout_s`` seconds for them."""
+        tasks = [t for t in self._running if not t.done()]
+        for task in tasks:
+            self._stopping.add(task)
+            task.cancel()
+        if tasks:
+            await asyncio.wait(tasks, timeout=timeout_s)
 
     async def refuse(self, started: Started, err: RpcError) -> RpcError:
         """Record a call refused before any operation ran (e.g. an unknown method); the

@@ -128,4 +128,9 @@ class Frontend:
         await self.server.start()
 
     async def stop(self, grace: float | None) -> None:
+        """Stop listening (``grpc.aio.Server.stop``). With no grace (0 or None: the drain's
+        grace is over), inference calls still running are first answered UNAVAILABLE with
+        reason ``DRAINING`` (``CallCore.stop_running``), on both front ends sharing the core."""
+        if not grace:
+            await self.core.stop_running()
         await self.server.stop(grace)
