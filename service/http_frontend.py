@@ -6,6 +6,13 @@ event loop, over the same call core (engines, admission, audit) as gRPC.
 ``tls.key_file``, and with ``tls.client_ca_file`` require a client certificate from that CA
 (mTLS), whose subject becomes the principal exactly as on gRPC. Sockets are bound here, so
 a port in use fails at start and port 0 picks a free one (``ports``).
+
+A TLS handshake the server refuses (no client certificate, a certificate from another CA,
+an expired one) never reaches the call core: it is counted in
+``xinserve_tls_handshake_failures_total{front_end="openai",reason}`` (``reason``: OpenSSL's,
+e.g. ``certificate_verify_failed``, ``peer_did_not_return_a_certificate``) and logged as
+``tls_handshake_refused``. The peer address is not known there: Python's ``ssl.SSLObject``,
+which asyncio drives for the handshake, has no link to the connection's transport.
 """
 
 from __future__ import annotations
@@ -18,10 +25,30 @@ from typing import Any
 import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from service import metrics
 from service.call_core import CallCore
 from service.config import Settings
 from service.inference import Inference
+from service.logs import get_logger
 from service.openai_routes import CLIENT_CERT_STATE, OpenAIRoutes
+
+log = get_logger("xinserve.http")
+
+
+class _ObservedSSLObject(ssl.SSLObject):
+    """``ssl.SSLObject`` (set as the context's ``sslobject_class``) that counts and logs a
+    handshake the server refuses; the handshake itself is OpenSSL's, unchanged."""
+
+    def do_handshake(self) -> None:
+        try:
+            super().do_handshake()
+        except (ssl.SSLWantReadError, ssl.SSLWantWriteError):
+            raise
+        except ssl.SSLError as exc:
+            reason = (exc.reason or type(exc).__name__).lower()
+            metrics.TLS_HANDSHAKE_FAILURES.labels("openai", reason).inc()
+            log.warning("tls_handshake_refused", front_end="openai", reason=reason)
+            raise
 
 
 class _ClientCertProtocol(HttpToolsProtocol):
@@ -96,6 +123,8 @@ class HttpFrontend:
         """Start serving every listener (returns once they accept connections)."""
         for server, sockets in self._servers:
             server.config.load()
+            if server.config.ssl is not None:
+                server.config.ssl.sslobject_class = _ObservedSSLObject
             server.lifespan = server.config.lifespan_class(server.config)
             await server.startup(sockets=sockets)
             self._tasks.append(asyncio.create_task(server.main_loop()))

@@ -18,6 +18,12 @@ REQUESTS = Counter(
     "Calls handled, by method, gRPC status code and front end (grpc, openai).",
     ["method", "code", "front_end"],
 )
+TLS_HANDSHAKE_FAILURES = Counter(
+    "xinserve_tls_handshake_failures",
+    "TLS handshakes the server refused (e.g. a client certificate that is missing, expired or "
+    "from a foreign CA), by front end and OpenSSL reason. Only the HTTPS front end can observe them.",
+    ["front_end", "reason"],
+)
 REQUEST_DURATION = Histogram(
     "xinserve_request_duration_seconds",
     "Call duration, by method and front end (grpc, openai).",
