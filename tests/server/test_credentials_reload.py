@@ -5,13 +5,19 @@ fields changed from their defaults are recorded at start (names only). No engine
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
+import signal
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import pytest
 
 from audit import QueryFilter, decode_record
+from engine_backends.builtin_models import builtin_models
 from service.app import open_audit
 from service.auth import AuthenticationFailed, TokenFileError, hash_token
 from service.call_core import CallCore
@@ -19,7 +25,8 @@ from service.config import load_settings
 from service.policy import AccessPolicy
 from service.reload import Reloader, authenticator_for, changed_config_fields
 from service.runtime import Runtime
-from tests.conftest import REPO
+from tests.conftest import REPO, TINY, _data_dir
+from trust.model_signing import SIGNATURE_FILENAME, sign_model
 from trust.sm2 import Sm2PrivateKey
 from trust.trust_store import TrustStore, add_trusted_key, revoke_key
 
@@ -160,3 +167,62 @@ async def test_sighup_reload_swaps_tokens_and_trust_store_and_records_each_chang
         assert (await _events(runtime, "trust_store_reloaded"))[-1].outcome == "FAILED_PRECONDITION"
     finally:
         await runtime.audit.close()
+
+
+def _catches_sighup(pid: int) -> bool:
+    """Whether the process has a handler for SIGHUP (``SigCgt`` in /proc/PID/status)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+    caught = next(line.split()[1] for line in status.splitlines() if line.startswith("SigCgt:"))
+    return bool(int(caught, 16) & (1 << (signal.SIGHUP - 1)))
+
+
+def test_sighup_reloads_the_token_file_of_a_running_server(tmp_path):
+    key = Sm2PrivateKey.generate()
+    model = tmp_path / "model"
+    source = next(b.path for b in builtin_models(_data_dir(), [TINY]) if b.name == TINY)
+    shutil.copytree(source, model, ignore=shutil.ignore_patterns(SIGNATURE_FILENAME))
+    sign_model(model, key, TINY)
+    add_trusted_key(tmp_path / "trust", key.public_key(), "signer")
+    tokens = tmp_path / "tokens.txt"
+    _write(tokens, f"alice {hash_token(ALICE)}\n")
+    data = tmp_path / "data"
+    log_path = tmp_path / "server.log"
+    args = [
+        sys.executable, "-m", "service.cli", "serve", "--listen", "127.0.0.1:0", "--no-metrics",
+        "--model", f"{TINY}={model}", "--trust-store", str(tmp_path / "trust"), "--token-file", str(tokens),
+        "--data-dir", str(data), "--log-format", "json",
+    ]  # fmt: skip
+    with open(log_path, "wb") as log_file:
+        proc = subprocess.Popen(args, cwd=REPO, stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 600
+        while not _catches_sighup(proc.pid):
+            assert proc.poll() is None and time.monotonic() < deadline, log_path.read_text()[-3000:]
+            time.sleep(0.1)
+        _write(tokens, f"alice {hash_token(ALICE)}\ncarol {hash_token(CAROL)} auditor\n")
+        add_trusted_key(tmp_path / "trust", Sm2PrivateKey.generate().public_key(), "second")
+        os.kill(proc.pid, signal.SIGHUP)
+        while '"event": "reloaded"' not in log_path.read_text():
+            assert proc.poll() is None and time.monotonic() < deadline, log_path.read_text()[-3000:]
+            time.sleep(0.1)
+        os.kill(proc.pid, signal.SIGTERM)
+        assert proc.wait(timeout=600) == 0, log_path.read_text()[-3000:]
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=60)
+    exported = subprocess.run(
+        [sys.executable, "-m", "service.cli", "audit", "export", "--store", str(data / "audit" / "audit.db")],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
+    events = {r["event"]: r for r in map(json.loads, exported.stdout.splitlines()) if "event" in r}
+    assert events["credentials_reloaded"]["detail"]["principals_added"] == "carol"
+    assert "keys_trusted" in events["trust_store_reloaded"]["detail"]
+    assert "auth.token_file" in events["config_loaded"]["detail"]["changed_fields"]
