@@ -72,6 +72,8 @@ class GenerateInput:
     prompt_token_ids: Sequence[int] | None = None
     messages: Sequence[Mapping[str, str]] | None = None
     add_generation_prompt: bool = True
+    allow_special_tokens: bool = False
+    """Chat only: message contents may carry special-token strings as control tokens."""
     stream: bool = False
     trace_headers: Mapping[str, str] | None = None
 

@@ -36,6 +36,7 @@ from engine_backends.protocol import (
     SamplingOptions,
     TokenLogprob,
 )
+from engine_backends.special_tokens import SpecialTokenGuard
 
 log = logging.getLogger(__name__)
 
@@ -109,6 +110,7 @@ class VllmEngine:
             self._options.setdefault("enable_lora", True)
         self._llm: vc.AsyncLLM | None = None
         self._tokenizer: Any = None
+        self._special_tokens = SpecialTokenGuard(None)
         self._recorder: _LoadRecorder | None = None
         self._defaults: dict[str, Any] = {}
         self._active: Counter[str] = Counter()
@@ -156,6 +158,7 @@ class VllmEngine:
             ) from exc
         self._llm = llm
         self._tokenizer = llm.get_tokenizer()
+        self._special_tokens = SpecialTokenGuard.from_tokenizer(self._tokenizer)
         self._defaults = vc.model_sampling_defaults(llm)
         self._structured_check = vc.StructuredOutputCheck(self._tokenizer, int(llm.model_config.get_vocab_size()))
         mc = llm.model_config
@@ -248,12 +251,36 @@ class VllmEngine:
             if not 0 <= tid < vocab:
                 raise InvalidRequestError(f"{field}[{i}]", f"token id {tid} is outside the vocabulary [0, {vocab})")
 
+    async def _refuse_special_tokens(self, messages: Sequence[Mapping[str, str]]) -> None:
+        """Raise InvalidRequestError naming ``messages[i].content`` when a content holds one of
+        the tokenizer's special-token strings (it would become a control token in the rendered
+        conversation)."""
+        guard = self._special_tokens
+
+        def scan() -> tuple[int, str] | None:
+            for i, message in enumerate(messages):
+                found = guard.find(message.get("content", ""))
+                if found is not None:
+                    return i, found
+            return None
+
+        size = sum(len(m.get("content", "")) for m in messages)
+        hit = scan() if size <= _INLINE_TOKENIZE_CHARS else await asyncio.to_thread(scan)
+        if hit is not None:
+            i, found = hit
+            raise InvalidRequestError(
+                f"messages[{i}].content",
+                f"contains the special token {found!r}; set allow_special_tokens to pass it as a control token",
+            )
+
     async def _prompt_ids(self, request: GenerateInput) -> list[int]:
         if request.messages is not None:
             tok = self._tokenizer
             if not getattr(tok, "chat_template", None):
                 raise InvalidRequestError("model", "this model has no chat template")
             messages = [dict(m) for m in request.messages]
+            if not request.allow_special_tokens:
+                await self._refuse_special_tokens(messages)
 
             def render() -> str:
                 return str(

@@ -129,6 +129,7 @@ class Inference:
             prompt_token_ids=prompt_ids,
             messages=messages,
             add_generation_prompt=add_generation_prompt,
+            allow_special_tokens=bool(chat and request.allow_special_tokens),
             stream=stream,
             trace_headers=dict(info.trace_headers) or None,
         )

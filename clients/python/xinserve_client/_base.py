@@ -135,10 +135,13 @@ class _ClientBase:
         request_id: str | None,
         add_generation_prompt: bool | None,
         sampling: dict[str, Any],
+        allow_special_tokens: bool | None = None,
     ) -> inference_pb2.ChatRequest:
         request = inference_pb2.ChatRequest(model=model, messages=chat_messages(messages), request_id=request_id or "")
         if add_generation_prompt is not None:
             request.add_generation_prompt = add_generation_prompt
+        if allow_special_tokens is not None:
+            request.allow_special_tokens = allow_special_tokens
         params = build_sampling_params(sampling_params, **sampling)
         if params is not None:
             request.sampling_params.CopyFrom(params)

@@ -277,6 +277,7 @@ class XinserveClient(_ClientBase):
         messages: Sequence[ChatMessageLike],
         *,
         add_generation_prompt: bool | None = None,
+        allow_special_tokens: bool | None = None,
         sampling_params: sampling_pb2.SamplingParams | None = None,
         request_id: str | None = None,
         timeout: Timeout = DEFAULT,
@@ -291,6 +292,8 @@ class XinserveClient(_ClientBase):
             messages: ``ChatMessage`` protos, ``{"role": ..., "content": ...}`` dicts or
                 ``(role, content)`` tuples; role is system/user/assistant/tool.
             add_generation_prompt: append the assistant-turn opener (server default: true).
+            allow_special_tokens: let contents carry the tokenizer's special-token strings as
+                control tokens (server default: false, such content is INVALID_ARGUMENT).
             Others: as :meth:`generate`.
 
         Returns:
@@ -299,7 +302,9 @@ class XinserveClient(_ClientBase):
         Raises:
             As :meth:`generate`; FailedPreconditionError for a model that cannot chat.
         """
-        request = self._chat_request(model, messages, sampling_params, request_id, add_generation_prompt, sampling)
+        request = self._chat_request(
+            model, messages, sampling_params, request_id, add_generation_prompt, sampling, allow_special_tokens
+        )
         kwargs, rid = self._call_args(
             timeout=timeout, control=False, request_id=request_id, traceparent=traceparent,
             tracestate=tracestate, metadata=metadata,
@@ -312,6 +317,7 @@ class XinserveClient(_ClientBase):
         messages: Sequence[ChatMessageLike],
         *,
         add_generation_prompt: bool | None = None,
+        allow_special_tokens: bool | None = None,
         sampling_params: sampling_pb2.SamplingParams | None = None,
         request_id: str | None = None,
         timeout: Timeout = DEFAULT,
@@ -326,7 +332,9 @@ class XinserveClient(_ClientBase):
             A :class:`ResponseStream` of ``xinserve.v1.ChatStreamResponse`` (fields as in
             :meth:`generate_stream`). ``close()`` cancels the call.
         """
-        request = self._chat_request(model, messages, sampling_params, request_id, add_generation_prompt, sampling)
+        request = self._chat_request(
+            model, messages, sampling_params, request_id, add_generation_prompt, sampling, allow_special_tokens
+        )
         kwargs, rid = self._call_args(
             timeout=timeout, control=False, request_id=request_id, traceparent=traceparent,
             tracestate=tracestate, metadata=metadata,

@@ -79,18 +79,20 @@ class GenerateStreamResponse(_message.Message):
     def __init__(self, request_id: _Optional[str] = ..., index: _Optional[int] = ..., text: _Optional[str] = ..., token_ids: _Optional[_Iterable[int]] = ..., finish_reason: _Optional[_Union[_common_pb2.FinishReason, str]] = ..., stop_string: _Optional[str] = ..., stop_token_id: _Optional[int] = ..., logprobs: _Optional[_Iterable[_Union[_common_pb2.PositionLogprobs, _Mapping]]] = ..., usage: _Optional[_Union[_common_pb2.Usage, _Mapping]] = ..., prompt_logprobs: _Optional[_Iterable[_Union[_common_pb2.PositionLogprobs, _Mapping]]] = ...) -> None: ...
 
 class ChatRequest(_message.Message):
-    __slots__ = ("model", "messages", "sampling_params", "request_id", "add_generation_prompt")
+    __slots__ = ("model", "messages", "sampling_params", "request_id", "add_generation_prompt", "allow_special_tokens")
     MODEL_FIELD_NUMBER: _ClassVar[int]
     MESSAGES_FIELD_NUMBER: _ClassVar[int]
     SAMPLING_PARAMS_FIELD_NUMBER: _ClassVar[int]
     REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     ADD_GENERATION_PROMPT_FIELD_NUMBER: _ClassVar[int]
+    ALLOW_SPECIAL_TOKENS_FIELD_NUMBER: _ClassVar[int]
     model: str
     messages: _containers.RepeatedCompositeFieldContainer[_common_pb2.ChatMessage]
     sampling_params: _sampling_pb2.SamplingParams
     request_id: str
     add_generation_prompt: bool
-    def __init__(self, model: _Optional[str] = ..., messages: _Optional[_Iterable[_Union[_common_pb2.ChatMessage, _Mapping]]] = ..., sampling_params: _Optional[_Union[_sampling_pb2.SamplingParams, _Mapping]] = ..., request_id: _Optional[str] = ..., add_generation_prompt: _Optional[bool] = ...) -> None: ...
+    allow_special_tokens: bool
+    def __init__(self, model: _Optional[str] = ..., messages: _Optional[_Iterable[_Union[_common_pb2.ChatMessage, _Mapping]]] = ..., sampling_params: _Optional[_Union[_sampling_pb2.SamplingParams, _Mapping]] = ..., request_id: _Optional[str] = ..., add_generation_prompt: _Optional[bool] = ..., allow_special_tokens: _Optional[bool] = ...) -> None: ...
 
 class ChatResponse(_message.Message):
     __slots__ = ("request_id", "outputs", "usage")
