@@ -98,7 +98,13 @@ def test_under_tls_probes_exec_the_health_check_on_a_loopback_listener(tmp_path)
     for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
         assert container[probe]["exec"]["command"] == ["python3", "-m", "service.healthcheck", "127.0.0.1:50052"]
     assert config["tls"] == {"cert_file": "/etc/xinserve/tls/tls.crt", "key_file": "/etc/xinserve/tls/tls.key"}
-    assert config["auth"] == {"required": True, "token_file": "/etc/xinserve/tokens/tokens.txt"}
+    # A Secret volume's files are made readable by the pod's fsGroup (kubelet adds 0440): the
+    # chart says so to xinserve, which otherwise refuses a group-readable token file at start.
+    assert config["auth"] == {
+        "required": True,
+        "token_file": "/etc/xinserve/tokens/tokens.txt",
+        "allow_insecure_token_file_permissions": True,
+    }
     # xinserve checks the mounted files exist: validate with the Secret mounts mapped to files here.
     mounted = yaml.safe_dump(config).replace("/etc/xinserve/", f"{tmp_path}/")
     for name in ("tls/tls.crt", "tls/tls.key", "tokens/tokens.txt"):
