@@ -8,6 +8,7 @@ import io.xinserve.client.XinserveClient;
 import io.xinserve.v1.ChatMessage;
 import io.xinserve.v1.ChatRequest;
 import io.xinserve.v1.SamplingParams;
+import java.net.http.HttpClient;
 import java.time.Duration;
 import java.util.List;
 import java.util.Objects;
@@ -25,6 +26,10 @@ import org.springframework.ai.openai.OpenAiChatModel;
 import org.springframework.ai.openai.OpenAiChatOptions;
 import org.springframework.ai.openai.api.OpenAiApi;
 import org.springframework.ai.retry.NonTransientAiException;
+import org.springframework.http.client.JdkClientHttpRequestFactory;
+import org.springframework.http.client.reactive.JdkClientHttpConnector;
+import org.springframework.web.client.RestClient;
+import org.springframework.web.reactive.function.client.WebClient;
 
 /**
  * Spring AI's OpenAI chat model ({@code spring-ai-openai}) against the live server's
@@ -51,10 +56,15 @@ class OpenAiHttpApiIT {
   }
 
   private static OpenAiChatModel openAi(String apiKey) {
+    // HTTP/1.1: the JDK HttpClient's default on http:// URLs is an h2c upgrade request, whose
+    // body the server's HTTP/1.1 listener does not read (400 "body: is not valid JSON")
+    HttpClient http11 = HttpClient.newBuilder().version(HttpClient.Version.HTTP_1_1).build();
     OpenAiApi api =
         OpenAiApi.builder()
             .baseUrl("http://127.0.0.1:" + LiveServers.get().httpPort)
             .apiKey(apiKey)
+            .restClientBuilder(RestClient.builder().requestFactory(new JdkClientHttpRequestFactory(http11)))
+            .webClientBuilder(WebClient.builder().clientConnector(new JdkClientHttpConnector(http11)))
             .build();
     return OpenAiChatModel.builder()
         .openAiApi(api)
