@@ -34,6 +34,8 @@ _HTTP: dict[grpc.StatusCode, tuple[int, str]] = {
 }
 REQUEST_TOO_LARGE = "REQUEST_TOO_LARGE"
 """``ErrorInfo`` reason of a body over ``limits.max_http_body_bytes`` (HTTP 413)."""
+METHOD_NOT_ALLOWED = "METHOD_NOT_ALLOWED"
+"""``ErrorInfo`` reason of a known path called with another HTTP method (HTTP 405)."""
 
 
 def http_error(err: RpcError, *, chat: bool = False) -> tuple[int, dict[str, Any], dict[str, str]]:
@@ -41,6 +43,8 @@ def http_error(err: RpcError, *, chat: bool = False) -> tuple[int, dict[str, Any
     status, kind = _HTTP.get(err.code, (500, "api_error"))
     if err.reason == REQUEST_TOO_LARGE:
         status, kind = 413, "invalid_request_error"
+    elif err.reason == METHOD_NOT_ALLOWED:
+        status, kind = 405, "invalid_request_error"
     param = openai_param(err.violations[0].field, chat) if err.violations else None
     message = err.message
     if err.violations:

@@ -25,6 +25,7 @@ import grpc
 from grpc_health.v1 import health_pb2
 from pydantic import BaseModel, ValidationError
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
@@ -33,7 +34,7 @@ from starlette.types import Receive, Scope, Send
 from service.call_context import CallRecord
 from service.call_core import CallCore, Started, Transport
 from service.inference import Inference
-from service.openai_errors import REQUEST_TOO_LARGE, http_error
+from service.openai_errors import METHOD_NOT_ALLOWED, REQUEST_TOO_LARGE, http_error
 from service.openai_mapping import (
     StreamChunks,
     chat_request,
@@ -100,6 +101,10 @@ async def _read_json(request: Request, limit: int) -> Any:
         return json.loads(body)
     except (UnicodeDecodeError, json.JSONDecodeError):
         raise invalid_argument([FieldViolation("body", "is not valid JSON")]) from None
+    except RecursionError:
+        raise invalid_argument([FieldViolation("body", "nests arrays or objects too deeply")]) from None
+    except ValueError:  # an integer longer than Python's int conversion limit (sys.get_int_max_str_digits)
+        raise invalid_argument([FieldViolation("body", "holds a number with too many digits")]) from None
 
 
 def _parse(cls: type[_Body], data: Any) -> _Body:
@@ -215,7 +220,8 @@ class OpenAIRoutes:
                 Route("/health", self.health, methods=["GET"]),
                 Route("/health/live", self.live, methods=["GET"]),
                 Route("/{path:path}", self.unknown, methods=["GET", "POST", "PUT", "PATCH", "DELETE"]),
-            ]
+            ],
+            exception_handlers={HTTPException: self._routing_error},
         )
 
     # -- helpers ---------------------------------------------------------------------------
@@ -266,6 +272,22 @@ class OpenAIRoutes:
             started, RpcError(grpc.StatusCode.NOT_FOUND, f"no such endpoint: {request.method} {path}", "UNIMPLEMENTED")
         )
         return self._error(err, started.record)
+
+    async def _routing_error(self, request: Request, exc: Exception) -> Response:
+        """Starlette's own routing refusals (a known path with another method: 405; anything
+        else it refuses) in OpenAI's error shape with a request id, audited like ``unknown``."""
+        status = exc.status_code if isinstance(exc, HTTPException) else 400
+        if status != 405:
+            return await self.unknown(request)
+        started = self.core.begin("openai/unknown", self._transport(request))
+        path = request.url.path[:256]
+        refusal = f"{request.method[:16]} is not allowed on {path}"
+        err = await self.core.refuse(started, RpcError(grpc.StatusCode.UNIMPLEMENTED, refusal, METHOD_NOT_ALLOWED))
+        response = self._error(err, started.record)
+        allow = (exc.headers or {}).get("Allow") if isinstance(exc, HTTPException) else None
+        if allow:
+            response.headers["allow"] = allow
+        return response
 
     async def live(self, request: Request) -> Response:
         return JSONResponse({"status": "alive"})

@@ -265,3 +265,33 @@ async def test_unknown_endpoint_is_an_audited_openai_404(http_server, live_serve
     assert reply.status_code == 404 and reply.json()["error"]["type"] == "not_found_error"
     (record,) = [r for r in await _records(live_server, since) if r.request_id == "probe-404"]
     assert (record.method, record.outcome) == ("openai/unknown", "NOT_FOUND")
+
+
+async def test_hostile_json_is_400_not_500(http_server):
+    """Nesting past the JSON parser's recursion limit, and an integer longer than Python's
+    int conversion limit (4300 digits), are the client's mistakes: 400, never 500."""
+    head = json.dumps({"model": TINY, "prompt": "hi", "messages": [{"role": "user", "content": "hi"}]})[:-1]
+    deep = head + ', "max_tokens": 1, "x": ' + "[" * 5000 + "]" * 5000 + "}"
+    long_number = head + ', "max_tokens": ' + "9" * 5000 + "}"
+    async with httpx.AsyncClient(timeout=60) as http:
+        for path in ("/completions", "/chat/completions"):
+            for body, words in ((deep, "too deeply"), (long_number, "too many digits")):
+                reply = await http.post(f"{http_server.base_url}{path}", content=body.encode())
+                assert reply.status_code == 400, (path, reply.status_code, reply.text[:200])
+                error = reply.json()["error"]
+                assert error["type"] == "invalid_request_error" and words in error["message"]
+                assert reply.headers["x-request-id"]
+
+
+async def test_a_known_path_with_another_method_is_an_audited_openai_405(http_server, live_server):
+    import time
+
+    since = int(time.time() * 1000) - 1
+    async with httpx.AsyncClient(timeout=30) as http:
+        reply = await http.request("OPTIONS", f"{http_server.base_url}/models", headers={"x-request-id": "probe-405"})
+    assert reply.status_code == 405, reply.text[:200]
+    assert reply.json()["error"]["code"] == "method_not_allowed"
+    assert reply.headers["x-request-id"] == "probe-405"
+    assert "GET" in reply.headers["allow"]
+    (record,) = [r for r in await _records(live_server, since) if r.request_id == "probe-405"]
+    assert (record.method, record.outcome) == ("openai/unknown", "UNIMPLEMENTED")
