@@ -13,7 +13,7 @@ from engine_backends.gguf_convert import ModelSourceError
 from engine_backends.platforms import DEVICE_CHOICES
 from service import logs
 from service.auth import TokenFileError, hash_token, new_token
-from service.config import ConfigError, load_settings
+from service.config import ConfigError, default_roles, load_settings
 from trust.errors import TrustStoreError
 
 
@@ -106,8 +106,15 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
         help="make a new token and its token-file line",
         description="Print a fresh bearer token (give it to the client) and the line to add to the token file.",
     )
-    h.add_argument("--principal", required=True)
-    h.add_argument("--roles", default="user", help="comma-separated: user, admin, auditor")
+    h.add_argument("--principal", required=True, help="the caller's name (no spaces, '#' or control characters)")
+    h.add_argument(
+        "--roles",
+        default="user",
+        help="comma-separated roles of the default policy: user, admin, security_admin, auditor",
+    )
+    h.add_argument(
+        "--allow-custom-roles", action="store_true", help="accept role names defined only in your own auth.roles policy"
+    )
     h.set_defaults(func=_token_new)
 
 
@@ -219,7 +226,22 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _token_new(args: argparse.Namespace) -> int:
+    """Exit 0 with the token and its line; 2 when the principal or a role cannot be stored as
+    one token-file line, or a role is not in the default policy (without --allow-custom-roles)."""
+    principal = args.principal
+    if not principal or any(c.isspace() or c == "#" or not c.isprintable() for c in principal):
+        print("xinserve token new: --principal must be non-empty, without spaces, '#' or control characters",
+              file=sys.stderr)
+        return EXIT_CONFIG
     roles = args.roles.split(",")
+    known = set(default_roles())
+    bad = [r for r in roles if not r or any(c.isspace() or c in "#," or not c.isprintable() for c in r)]
+    unknown = [r for r in roles if r not in known]
+    if bad or (unknown and not args.allow_custom_roles):
+        named = ", ".join(repr(r) for r in (bad or unknown))
+        print(f"xinserve token new: unknown role(s) {named}; the default policy has {', '.join(sorted(known))}"
+              " (--allow-custom-roles for roles of your own auth.roles)", file=sys.stderr)
+        return EXIT_CONFIG
     token = new_token()
     print(f"token (give to the client, shown once): {token}")
     print(f"token-file line: {args.principal} {hash_token(token)} {','.join(roles)}")

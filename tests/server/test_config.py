@@ -89,6 +89,28 @@ def test_token_new_prints_a_usable_line(capsys, tmp_path):
     assert principal.name == "svc-b" and principal.roles == {"user", "admin"}
 
 
+@pytest.mark.parametrize(
+    ("argv", "words"),
+    [
+        (["--principal", "svc", "--roles", "bogus"], "unknown role(s) 'bogus'"),
+        (["--principal", "svc", "--roles", "user,"], "unknown role(s) ''"),
+        (["--principal", "svc", "--roles", "us er"], "unknown role(s) 'us er'"),
+        (["--principal", "two words"], "--principal"),
+        (["--principal", "svc#x"], "--principal"),
+        (["--principal", "svc\x1b[31m"], "--principal"),
+    ],
+)
+def test_token_new_refuses_what_the_token_file_cannot_hold(capsys, argv, words):
+    assert main(["token", "new", *argv]) == 2
+    captured = capsys.readouterr()
+    assert words in captured.err and captured.out == ""  # no token printed for a refused line
+
+
+def test_token_new_takes_custom_roles_when_asked(capsys):
+    assert main(["token", "new", "--principal", "svc", "--roles", "teller", "--allow-custom-roles"]) == 0
+    assert capsys.readouterr().out.splitlines()[1].endswith(" teller")
+
+
 def test_bad_config_is_reported_before_the_engine_is_imported(tmp_path):
     import subprocess
     import sys
