@@ -194,14 +194,15 @@ async def test_blocking_client_in_a_thread(live_server, client):
 
 
 async def test_cli_against_the_live_server(live_server, capfd):
-    argv = ["generate", "--target", live_server.target, "Hello", "--max-tokens", "5", "--temperature", "0"]
+    # The CLI's default model is the default server's chat model; this server serves the tiny Llama.
+    argv = ["generate", "--target", live_server.target, "-m", TINY, "Hello", "--max-tokens", "5", "--temperature", "0"]
     assert await asyncio.to_thread(cli.main, argv) == 0
     argv = ["embed", "--target", live_server.target, "a cat", "a kitten"]
     assert await asyncio.to_thread(cli.main, argv) == 0
     code = await asyncio.to_thread(cli.main, ["models", "--target", live_server.target])
     out, _ = capfd.readouterr()
     assert code == 0 and TINY in out and MINILM in out
-    bad = ["generate", "--target", live_server.target, "x", "--temperature", "-1"]
+    bad = ["generate", "--target", live_server.target, "-m", TINY, "x", "--temperature", "-1"]
     assert await asyncio.to_thread(cli.main, bad) == 2
     _, err = capfd.readouterr()
     assert "INVALID_ARGUMENT" in err and "sampling_params.temperature" in err
