@@ -72,6 +72,7 @@ def test_token_not_after(tmp_path):
 async def test_wrong_tokens_lock_the_peer_out(live_server, tmp_path):
     tokens = tmp_path / "tokens"
     tokens.write_text(f"svc {hash_token(GOOD)} user\n")
+    tokens.chmod(0o600)  # a group- or world-readable token file is refused
     overrides = {
         "listen": {"plaintext": ["127.0.0.1:0"]},
         "auth": {"token_file": str(tokens), "max_failed_logins": 3, "lockout_s": 3600},
