@@ -9,11 +9,14 @@ same runtime instead of starting more engines. The built-in models are cached in
 
 from __future__ import annotations
 
+import faulthandler
 import os
+import sys
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import grpc.aio
 import pytest
 import pytest_asyncio
 
@@ -21,6 +24,16 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("VLLM_NO_USAGE_STATS", "1")
 os.environ.setdefault("DO_NOT_TRACK", "1")
+
+# grpc.aio shuts its completion queue down when its last object is freed. Freed during interpreter
+# finalization (an aio server or channel collected after its loop closed), that shutdown joins a
+# poller thread that can no longer take the GIL, and the process never exits (grpc/grpc#22365).
+# A reference taken here, in the main thread, keeps that shutdown out of finalization.
+grpc.aio.init_grpc_aio()
+
+# Seconds the interpreter may take to exit after the session before every thread's stack is
+# printed and the process ends with status 1, instead of hanging until CI's own limit.
+EXIT_WATCHDOG_S = 300
 
 REPO = Path(__file__).resolve().parent.parent
 TINY = "xinserve-tiny-llama"
@@ -86,3 +99,10 @@ async def live_server(tmp_path_factory) -> AsyncIterator[LiveServer]:
         yield LiveServer(f"127.0.0.1:{port}", server, data_dir)
     finally:
         await server.drain_and_stop()
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Bound the interpreter's exit: a thread, pool or child left alive by a test shows up as a
+    stack dump on stderr and exit status 1 after ``EXIT_WATCHDOG_S``, never as a silent hang."""
+    faulthandler.dump_traceback_later(EXIT_WATCHDOG_S, exit=True, file=sys.__stderr__)
