@@ -249,7 +249,8 @@ def _verify_image(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({"ok": True, **res.__dict__}))
     else:
-        print(f"OK: image {res.reference}@{res.digest} signed by {res.key_name} ({res.key_id[:16]})")
+        checked = f"; {res.blobs} blobs ({res.total_bytes} bytes) match their digests" if res.blobs else ""
+        print(f"OK: image {res.reference}@{res.digest} signed by {res.key_name} ({res.key_id[:16]}){checked}")
     return EXIT_OK
 
 
@@ -347,7 +348,15 @@ def add_commands(subparsers: Any) -> None:
     vm.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
     _add_common(vm)
     vm.set_defaults(func=_run(_verify_model))
-    vi = vs.add_parser("image", help="verify an image signature", epilog=_EPILOG)
+    vi = vs.add_parser(
+        "image",
+        help="verify an image signature",
+        description="With --digest: check that the signature covers that digest. With --layout: check "
+        "the signature over the image index.json points to, then every blob it references (nested "
+        "indexes, manifests, config, layers): each must exist, have its descriptor's size and hash to "
+        "its digest (sha256 or sha512).",
+        epilog=_EPILOG,
+    )
     src = vi.add_mutually_exclusive_group(required=True)
     src.add_argument("--digest", help="sha256:<hex> the signature must cover")
     src.add_argument("--layout", help="OCI image-layout directory")

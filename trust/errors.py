@@ -68,6 +68,8 @@ class Reason(StrEnum):
     FILE_SIZE_CHANGED = "file_size_changed"  # truncated or grown
     FILE_MODIFIED = "file_modified"  # same size, different SM3
     IO_ERROR = "io_error"  # a file could not be read
+    MALFORMED_IMAGE = "malformed_image"  # OCI index/manifest/descriptor not as the image spec says
+    UNSUPPORTED_DIGEST = "unsupported_digest"  # OCI digest algorithm other than sha256/sha512
 
 
 class VerificationError(TrustError):

@@ -15,6 +15,11 @@ Statement::
      "predicateType": "https://xinserve.dev/image-signing/sm/v1",
      "predicate": {"mediaType": "<manifest or index media type, when known>"}}
 
+From a layout, verification covers the whole image, not only the signed digest: the signed
+manifest (or index, and every manifest it lists) is read, and every blob it references (config
+and layers) must exist with the descriptor's size and digest (``trust.oci_layout``), so a
+flipped byte in a layer is refused naming that layer's digest.
+
 From a layout the signature can also be attached as an OCI 1.1 referrer: an image manifest with
 ``artifactType`` :data:`SIGNATURE_ARTIFACT_TYPE`, the empty config, one layer holding the DSSE
 envelope, and ``subject`` = the signed descriptor; it is listed in ``index.json``.
@@ -27,14 +32,22 @@ import json
 import os
 import re
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from trust.dsse import INTOTO_PAYLOAD_TYPE, parse_envelope, sign_envelope, strict_json, verify_envelope
+from trust.dsse import (
+    INTOTO_PAYLOAD_TYPE,
+    MAX_ENVELOPE_SIZE,
+    parse_envelope,
+    sign_envelope,
+    strict_json,
+    verify_envelope,
+)
 from trust.errors import Reason, SigningError, VerificationError
 from trust.model_signing import STATEMENT_TYPE
+from trust.oci_layout import OCI_INDEX, OCI_MANIFEST, Descriptor, OciLayout, parse_descriptor
 from trust.sm2 import Sm2PrivateKey
 from trust.sm3 import sm3
 from trust.trust_store import TrustStore
@@ -42,31 +55,39 @@ from trust.trust_store import TrustStore
 IMAGE_PREDICATE_TYPE = "https://xinserve.dev/image-signing/sm/v1"
 SIGNATURE_ARTIFACT_TYPE = "application/vnd.xinserve.signature.v1+dsse"
 DSSE_MEDIA_TYPE = "application/vnd.dsse.envelope.v1+json"
-OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
-OCI_INDEX = "application/vnd.oci.image.index.v1+json"
 OCI_EMPTY = "application/vnd.oci.empty.v1+json"
 REF_NAME_ANNOTATION = "org.opencontainers.image.ref.name"
 _DIGEST_RE = re.compile(r"sha256:([0-9a-f]{64})")
 _MAX_JSON = 16 << 20
 
 
+__all__ = [
+    "OCI_INDEX",
+    "OCI_MANIFEST",
+    "Descriptor",
+    "ImageVerification",
+    "find_attached_signatures",
+    "parse_digest",
+    "select_image",
+    "sign_image",
+    "sign_image_layout",
+    "signed_digest_unverified",
+    "verify_image",
+    "verify_image_layout",
+]
+
+
 @dataclass(frozen=True)
 class ImageVerification:
+    """A verified image signature. ``blobs``/``total_bytes``: the distinct blobs (manifests,
+    config, layers) checked from a layout and their size in bytes; 0 when only a digest was given."""
+
     reference: str
     digest: str  # "sha256:<hex>"
     key_id: str
     key_name: str
-
-
-@dataclass(frozen=True)
-class Descriptor:
-    media_type: str
-    digest: str  # "sha256:<hex>"
-    size: int
-    ref_name: str | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        return {"mediaType": self.media_type, "digest": self.digest, "size": self.size}
+    blobs: int = 0
+    total_bytes: int = 0
 
 
 def parse_digest(digest: str) -> str:
@@ -75,6 +96,19 @@ def parse_digest(digest: str) -> str:
     if not m:
         raise ValueError("image digest must be sha256:<64 lower-case hex>")
     return m.group(1)
+
+
+def signed_digest_unverified(envelope: bytes) -> str | None:
+    """The ``sha256:<hex>`` an image envelope's statement names, *without* verifying anything.
+
+    For reports only (what a refused signature claimed); None when it cannot be read.
+    """
+    try:
+        st = json.loads(parse_envelope(envelope).payload)
+        hex_ = st["subject"][0]["digest"]["sha256"]
+    except (VerificationError, ValueError, KeyError, IndexError, TypeError, RecursionError):
+        return None
+    return f"sha256:{hex_}" if isinstance(hex_, str) and re.fullmatch(r"[0-9a-f]{64}", hex_) else None
 
 
 def _statement(reference: str, sha256_hex: str, sm3_hex: str | None, media_type: str | None) -> bytes:
@@ -164,50 +198,31 @@ def verify_image(
 # --- OCI image layout ----------------------------------------------------------------------------
 
 
-def _read_json(path: Path, what: str) -> Any:
+def _index_descriptors(root: Path) -> list[tuple[Descriptor, dict[str, Any]]]:
+    """The descriptors of ``index.json`` (the layout's entry point, not content-addressed)."""
+    path = root / "index.json"
     try:
-        data = path.read_bytes()
+        with path.open("rb") as f:
+            data = f.read(_MAX_JSON + 1)
     except OSError as e:
-        raise VerificationError(Reason.IO_ERROR, f"cannot read {what}: {e.strerror}") from None
+        raise VerificationError(Reason.IO_ERROR, f"cannot read index.json: {e.strerror}") from None
     if len(data) > _MAX_JSON:
-        raise VerificationError(Reason.MALFORMED_ENVELOPE, f"{what} is too large")
-    return strict_json(data, what, Reason.MALFORMED_ENVELOPE)
-
-
-def _blob_path(layout: Path, digest: str) -> Path:
-    return layout / "blobs" / "sha256" / parse_digest(digest)
-
-
-def read_blob(layout: Path, digest: str) -> bytes:
-    try:
-        data = _blob_path(layout, digest).read_bytes()
-    except (OSError, ValueError) as e:
-        raise VerificationError(Reason.FILE_MISSING, f"blob {digest[:23]}… not readable: {e}") from None
-    if hashlib.sha256(data).hexdigest() != parse_digest(digest):
-        raise VerificationError(Reason.FILE_MODIFIED, f"blob {digest[:23]}… does not match its digest")
-    return data
-
-
-def _descriptors(layout: Path) -> list[tuple[Descriptor, dict[str, Any]]]:
-    index = _read_json(layout / "index.json", "index.json")
+        raise VerificationError(Reason.MALFORMED_IMAGE, f"index.json is over {_MAX_JSON} bytes")
+    index = strict_json(data, "index.json", Reason.MALFORMED_IMAGE)
     if not isinstance(index, dict) or not isinstance(index.get("manifests"), list):
-        raise VerificationError(Reason.MALFORMED_ENVELOPE, "index.json has no manifests list")
-    out = []
-    for m in index["manifests"]:
-        try:
-            parse_digest(m["digest"])
-            ann = m.get("annotations") or {}
-            d = Descriptor(str(m["mediaType"]), m["digest"], int(m["size"]), ann.get(REF_NAME_ANNOTATION))
-        except (KeyError, TypeError, ValueError, AttributeError):
-            raise VerificationError(Reason.MALFORMED_ENVELOPE, "index.json holds a malformed descriptor") from None
-        out.append((d, m))
-    return out
+        raise VerificationError(Reason.MALFORMED_IMAGE, "index.json has no manifests list")
+    return [(parse_descriptor(m, f"index.json manifests[{i}]"), m) for i, m in enumerate(index["manifests"])]
 
 
 def select_image(layout: str | os.PathLike[str], ref_name: str | None = None) -> Descriptor:
-    """The image descriptor of ``index.json`` (by ``ref.name`` annotation if several)."""
+    """The image descriptor of ``index.json`` (by ``ref.name`` annotation if several).
+
+    Raises:
+        VerificationError: ``io_error`` (no readable index.json), ``malformed_image``,
+            ``unsupported_digest``, ``subject_mismatch`` (no or several images match).
+    """
     root = Path(layout)
-    images = [d for d, raw in _descriptors(root) if raw.get("artifactType") != SIGNATURE_ARTIFACT_TYPE]
+    images = [d for d, raw in _index_descriptors(root) if raw.get("artifactType") != SIGNATURE_ARTIFACT_TYPE]
     if ref_name is not None:
         images = [d for d in images if d.ref_name == ref_name]
     if len(images) != 1:
@@ -218,6 +233,13 @@ def select_image(layout: str | os.PathLike[str], ref_name: str | None = None) ->
     return images[0]
 
 
+def _signable(desc: Descriptor) -> None:
+    if not _DIGEST_RE.fullmatch(desc.digest):
+        raise VerificationError(
+            Reason.UNSUPPORTED_DIGEST, f"{desc.digest}: image signatures name a sha256 digest (as registries do)"
+        )
+
+
 def sign_image_layout(
     layout: str | os.PathLike[str],
     private_key: Sm2PrivateKey,
@@ -226,11 +248,20 @@ def sign_image_layout(
     ref_name: str | None = None,
     attach: bool = False,
 ) -> tuple[bytes, Descriptor]:
-    """Sign the image an OCI layout's index.json points to; optionally attach as a referrer."""
+    """Sign the image an OCI layout's index.json points to; optionally attach as a referrer.
+
+    The whole image is checked first (every blob by size and digest): a broken layout is not signed.
+
+    Raises:
+        SigningError: the layout's image does not verify (reason codes as in ``trust.oci_layout``).
+    """
     root = Path(layout)
     try:
         desc = select_image(root, ref_name)
-        manifest = read_blob(root, desc.digest)
+        _signable(desc)
+        oci = OciLayout(root)
+        manifest = oci.read_blob(desc, "signed manifest")
+        oci.verify_tree(desc)
     except VerificationError as e:
         raise SigningError(e.reason.value, e.detail) from None
     envelope = sign_image(desc.digest, reference, private_key, media_type=desc.media_type, manifest_bytes=manifest)
@@ -283,20 +314,29 @@ def _attach(root: Path, subject: Descriptor, envelope: bytes, key_id: str) -> No
 
 
 def find_attached_signatures(layout: str | os.PathLike[str], subject_digest: str) -> list[bytes]:
-    """Envelopes attached as referrers of ``subject_digest`` in the layout's index.json."""
+    """Envelopes attached as referrers of ``subject_digest`` in the layout's index.json.
+
+    Raises:
+        VerificationError: a referrer manifest or envelope blob is malformed, missing or altered.
+    """
     root = Path(layout)
+    oci = OciLayout(root)
     out: list[bytes] = []
-    for d, raw in _descriptors(root):
+    for d, raw in _index_descriptors(root):
         if raw.get("artifactType") != SIGNATURE_ARTIFACT_TYPE:
             continue
-        m = strict_json(read_blob(root, d.digest), "referrer manifest", Reason.MALFORMED_ENVELOPE)
+        m = oci.read_json_blob(d, "signature referrer")
         try:
             if m["subject"]["digest"] != subject_digest:
                 continue
-            layers = [x for x in m["layers"] if x["mediaType"] == DSSE_MEDIA_TYPE]
+            layers = [
+                parse_descriptor(x, f"layer of signature referrer {d.digest}")
+                for x in m["layers"]
+                if x["mediaType"] == DSSE_MEDIA_TYPE
+            ]
         except (KeyError, TypeError):
-            raise VerificationError(Reason.MALFORMED_ENVELOPE, "malformed signature referrer") from None
-        out.extend(read_blob(root, x["digest"]) for x in layers)
+            raise VerificationError(Reason.MALFORMED_IMAGE, f"signature referrer {d.digest} is malformed") from None
+        out.extend(oci.read_blob(x, "signature envelope", limit=MAX_ENVELOPE_SIZE) for x in layers)
     return out
 
 
@@ -309,17 +349,32 @@ def verify_image_layout(
     ref_name: str | None = None,
     now: datetime | None = None,
 ) -> ImageVerification:
-    """Verify the layout's image with ``envelope`` or, if None, its attached referrer signatures."""
+    """Verify the layout's image with ``envelope`` or, if None, its attached referrer signatures;
+    then every blob the signed manifest or index references, recursively (``trust.oci_layout``).
+
+    Raises:
+        VerificationError: the signature's reason codes (as :func:`verify_image`), or the
+            layout's: ``file_missing``, ``file_size_changed``, ``file_modified``,
+            ``unsupported_file``, ``malformed_image``, ``unsupported_digest``, ``io_error``;
+            the detail names the blob's digest.
+    """
     root = Path(layout)
+    oci = OciLayout(root)
     desc = select_image(root, ref_name)
-    manifest = read_blob(root, desc.digest)
+    _signable(desc)
+    manifest = oci.read_blob(desc, "signed manifest")
     candidates = [envelope] if envelope is not None else find_attached_signatures(root, desc.digest)
     if not candidates:
-        raise VerificationError(Reason.UNSIGNED, f"no signature attached to {desc.digest[:23]}…")
+        raise VerificationError(Reason.UNSIGNED, f"no signature attached to {desc.digest}")
     errors: list[VerificationError] = []
+    result: ImageVerification | None = None
     for env in candidates:
         try:
-            return verify_image(env, trust_store, desc.digest, reference=reference, manifest_bytes=manifest, now=now)
+            result = verify_image(env, trust_store, desc.digest, reference=reference, manifest_bytes=manifest, now=now)
+            break
         except VerificationError as e:
             errors.append(e)
-    raise errors[0]
+    if result is None:
+        raise errors[0]
+    tree = oci.verify_tree(desc)
+    return replace(result, blobs=tree.blobs, total_bytes=tree.total_bytes)

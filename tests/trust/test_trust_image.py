@@ -73,10 +73,16 @@ def test_layout_tampering(tmp_path: Path, key: Sm2PrivateKey, store: TrustStore)
     assert ei.value.reason == Reason.UNSIGNED
     env, _ = sign_image_layout(layout, key, "r:1")
     blob_path = layout / "blobs" / "sha256" / top.split(":")[1]
-    blob_path.write_bytes(blob_path.read_bytes() + b" ")
+    data = bytearray(blob_path.read_bytes())
+    data[-1] ^= 0x01  # same size, one bit changed in the signed manifest
+    blob_path.write_bytes(bytes(data))
     with pytest.raises(VerificationError) as ei:
         verify_image_layout(layout, store, envelope=env)
     assert ei.value.reason == Reason.FILE_MODIFIED
+    blob_path.write_bytes(bytes(data) + b" ")  # grown: the descriptor's size is checked before any hashing
+    with pytest.raises(VerificationError) as ei:
+        verify_image_layout(layout, store, envelope=env)
+    assert ei.value.reason == Reason.FILE_SIZE_CHANGED
 
 
 def test_image_signature_is_not_a_model_signature(tmp_path: Path, key: Sm2PrivateKey, store: TrustStore) -> None:

@@ -298,7 +298,8 @@ def test_every_case_has_a_distinct_purpose() -> None:
     assert len({c[0] for c in CASES}) == len(CASES)
     # Every reason a model can fail with (besides I/O and disk oddities tested elsewhere) is exercised.
     exercised = {c[2] for c in CASES}
-    elsewhere = {Reason.IO_ERROR, Reason.UNSUPPORTED_FILE, Reason.SUBJECT_MISMATCH}
+    image_only = {Reason.MALFORMED_IMAGE, Reason.UNSUPPORTED_DIGEST}  # OCI layouts: test_trust_image_blobs.py
+    elsewhere = {Reason.IO_ERROR, Reason.UNSUPPORTED_FILE, Reason.SUBJECT_MISMATCH, *image_only}
     assert set(Reason) - elsewhere - exercised == set()
 
 
