@@ -107,7 +107,12 @@ def add_commands(subparsers: Any) -> None:
     store_arg(e)
     e.add_argument("--since", help="records at or after this time (not before 1970)")
     e.add_argument("--until", help="records before this time (not before --since)")
-    e.add_argument("--principal", help="subject (authenticated principal)")
+    e.add_argument(
+        "--principal",
+        help="the authenticated principal: a token's principal, or a certificate subject as a "
+        "distinguished name, e.g. 'CN=teller-7,O=Bank' (attribute types in any case, spaces after "
+        "commas, either RDN order: 'O=Bank,CN=teller-7' matches too)",
+    )
     e.add_argument("--method", help="full gRPC method, e.g. /xinserve.v1.InferenceService/Generate")
     e.add_argument("--outcome", help="gRPC status code name (grpc.StatusCode), e.g. OK, PERMISSION_DENIED; any case")
     e.add_argument("--event", help="event type, e.g. rpc, model_loaded (see docs/audit.md)")
@@ -430,7 +435,10 @@ def _filter(args: argparse.Namespace, **kw: Any) -> Any:
 
     Times must lie in ``0..2**53-1`` ms with ``--since <= --until``; ``--event`` must be an
     ``EventType`` and ``--outcome`` a gRPC status code name (either in any case).
+    ``--principal`` matches as ``audit.principals.principal_candidates`` says: as typed, or
+    as the same distinguished name in canonical form, in the order typed or reversed.
     """
+    from audit.principals import principal_candidates
     from audit.query import parse_event, parse_outcome, parse_time_ms
     from audit.stores.base import QueryFilter
 
@@ -438,11 +446,12 @@ def _filter(args: argparse.Namespace, **kw: Any) -> Any:
     until = _flag("--until", parse_time_ms, getattr(args, "until", None))
     if since is not None and until is not None and since > until:
         raise AuditConfigError(f"--since {args.since} is later than --until {args.until}")
+    principal = getattr(args, "principal", None)
     return QueryFilter(
         chain=args.chain,
         since_ms=since,
         until_ms=until,
-        principal=getattr(args, "principal", None),
+        principal_any=principal_candidates(principal) if principal is not None else None,
         method=getattr(args, "method", None),
         outcome=_flag("--outcome", parse_outcome, getattr(args, "outcome", None)),
         event=_flag("--event", parse_event, getattr(args, "event", None)),

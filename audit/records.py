@@ -104,7 +104,10 @@ class AuditRecord:
     auth_method: str | None = None
     """``mtls``, ``token`` or ``none``."""
     cert_fingerprint: str | None = None
-    """Lower-case hex digest of the client certificate (DER)."""
+    """Lower-case hex digest of the client certificate (DER), whenever one was presented."""
+    cert_subject: str | None = None
+    """The client certificate's subject in canonical form (``audit.principals.render_name``),
+    whenever one was presented: with a bearer token too, ``principal`` is the token's."""
     peer: str | None = None
     # object
     method: str | None = None
@@ -139,6 +142,7 @@ _STR_FIELDS = (
     "principal",
     "auth_method",
     "cert_fingerprint",
+    "cert_subject",
     "peer",
     "method",
     "model",

@@ -13,6 +13,7 @@ import time
 import grpc
 
 from audit import AuditConfigError, AuditRangeError, EventType, QueryFilter, UnknownChainError
+from audit.principals import display_safe, principal_candidates
 from audit.records import MAX_SAFE_INT
 from audit.verify import ChainReport, VerifyReport
 from service.audit_trail import AuditTrail
@@ -53,7 +54,7 @@ def _filter(request, info: CallRecord) -> QueryFilter:
     flt = QueryFilter(
         since_ms=since,
         until_ms=until,
-        principal=f.principal or None,
+        principal_any=principal_candidates(f.principal) if f.principal else None,
         method=f.method or None,
         outcome=f.outcome or None,
         event=f.event or None,
@@ -63,7 +64,7 @@ def _filter(request, info: CallRecord) -> QueryFilter:
     for key, value in (
         ("since_ms", since),
         ("until_ms", until),
-        ("principal", flt.principal),
+        ("principal", display_safe(f.principal) if f.principal else None),
         ("method", flt.method),
         ("outcome", flt.outcome),
         ("event", flt.event),

@@ -25,6 +25,7 @@ from pathlib import Path
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes
 
+from audit.principals import render_name
 from service.call_context import Principal
 from service.config import MtlsRoleRule, default_roles
 
@@ -133,11 +134,17 @@ class Authenticator:
     def tokens(self) -> list[_TokenEntry]:
         return list(self._tokens)
 
-    def mtls_roles(self, cert: x509.Certificate) -> frozenset[str]:
+    def mtls_roles(self, cert: x509.Certificate, subject: str | None = None) -> frozenset[str]:
         """The roles of a client certificate: the first ``auth.mtls_roles`` rule whose subject
-        regex matches the whole RFC 4514 subject and whose SAN pattern matches one DNS name,
-        URI or e-mail subjectAltName (each condition only if given); else the default roles."""
-        subject = cert.subject.rfc4514_string()
+        regex matches the whole canonical subject (``audit.principals.render_name``: RFC 4514,
+        unsafe characters hex-escaped; ``subject`` when already rendered) and whose SAN pattern
+        matches one DNS name, URI or e-mail subjectAltName (each condition only if given);
+        else the default roles.
+
+        Raises:
+            ValueError: the certificate's subject cannot be decoded.
+        """
+        subject = render_name(cert.subject) if subject is None else subject
         sans = _subject_alt_names(cert)
         for subject_re, san, roles in self._mtls_rules:
             if subject_re is not None and not subject_re.fullmatch(subject):
@@ -151,10 +158,14 @@ class Authenticator:
         """Return the caller's principal.
 
         A presented but invalid token fails even when a client certificate is present:
-        credentials are never silently downgraded.
+        credentials are never silently downgraded. With a valid token and a client certificate
+        the principal is the token's, and carries the certificate's subject and fingerprint
+        too. An mTLS principal's name is the certificate subject in canonical form
+        (``audit.principals.render_name``).
 
         Raises:
-            AuthenticationFailed: bad token, malformed header, or none when required.
+            AuthenticationFailed: bad token, malformed header, none when required, or a client
+                certificate whose subject cannot be decoded.
         """
         if authorization is not None:
             scheme, _, token = authorization.partition(" ")
@@ -170,12 +181,15 @@ class Authenticator:
             if match.not_after is not None and datetime.datetime.now(datetime.UTC) >= match.not_after:
                 raise AuthenticationFailed("the bearer token has expired", match.principal)
             cert = _client_certificate(auth_context)
-            fingerprint = cert.fingerprint(hashes.SHA256()).hex() if cert is not None else None
-            return Principal(match.principal, "token", match.roles, fingerprint)
+            if cert is None:
+                return Principal(match.principal, "token", match.roles)
+            fingerprint = cert.fingerprint(hashes.SHA256()).hex()
+            return Principal(match.principal, "token", match.roles, fingerprint, _subject(cert))
         cert = _client_certificate(auth_context)
         if cert is not None:
+            subject = _subject(cert)
             return Principal(
-                cert.subject.rfc4514_string(), "mtls", self.mtls_roles(cert), cert.fingerprint(hashes.SHA256()).hex()
+                subject, "mtls", self.mtls_roles(cert, subject), cert.fingerprint(hashes.SHA256()).hex(), subject
             )
         if self.required:
             raise AuthenticationFailed("authentication required: send a bearer token or a client certificate")
@@ -186,6 +200,18 @@ def _client_certificate(auth_context: dict[str, list[bytes]]) -> x509.Certificat
     """The verified client certificate of an mTLS connection, if any."""
     pems = auth_context.get("x509_pem_cert")
     return x509.load_pem_x509_certificate(pems[0]) if pems else None
+
+
+def _subject(cert: x509.Certificate) -> str:
+    """The canonical subject of a verified client certificate.
+
+    Raises:
+        AuthenticationFailed: the subject does not decode (e.g. invalid UTF-8 in a UTF8String).
+    """
+    try:
+        return render_name(cert.subject)
+    except ValueError:
+        raise AuthenticationFailed("the client certificate's subject cannot be decoded") from None
 
 
 def _subject_alt_names(cert: x509.Certificate) -> list[str]:

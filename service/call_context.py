@@ -18,16 +18,23 @@ class Principal:
     """Who is calling.
 
     Attributes:
-        name: mTLS certificate subject (RFC 4514) or the token's principal, or "anonymous".
-        auth_method: "mtls", "token" or "anonymous".
+        name: the token's principal for ``token``; for ``mtls`` the client certificate's
+            subject in canonical form (``audit.principals.render_name``: RFC 4514, e.g.
+            ``CN=teller-7,O=Bank``, characters that hide or reorder text hex-escaped);
+            "anonymous" without credentials.
+        auth_method: "mtls", "token" or "anonymous": the credential ``name`` comes from.
         roles: role names of the authorization policy (``auth.roles``), e.g. {"user"}.
-        cert_fingerprint: SHA-256 hex of the client certificate's DER, for mTLS.
+        cert_fingerprint: SHA-256 hex of the client certificate's DER, whenever the call
+            presented one (also with a token).
+        cert_subject: the client certificate's canonical subject, whenever the call presented
+            one (with a token too, so both identities reach the audit record).
     """
 
     name: str
     auth_method: str
     roles: frozenset[str] = frozenset({"user"})
     cert_fingerprint: str | None = None
+    cert_subject: str | None = None
 
 
 ANONYMOUS = Principal("anonymous", "anonymous")

@@ -41,6 +41,10 @@ class QueryFilter:
     until_ms: int | None = None
     """Exclusive upper bound on ``time_ms``."""
     principal: str | None = None
+    """Exactly this principal."""
+    principal_any: tuple[str, ...] | None = None
+    """Any of these principals, exactly (``audit.principals.principal_candidates`` of what
+    an auditor typed); with ``principal`` both apply."""
     method: str | None = None
     outcome: str | None = None
     event: str | None = None

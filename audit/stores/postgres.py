@@ -327,6 +327,9 @@ class PostgresStore(Store):
             if value is not None:
                 where.append(f"{col} = %s")
                 params.append(value)
+        if flt.principal_any is not None:
+            where.append("principal = ANY(%s)")
+            params.append(list(flt.principal_any))
         if flt.since_ms is not None:
             where.append("time_ms >= %s")
             params.append(flt.since_ms)

@@ -316,6 +316,9 @@ class SqliteStore(Store):
             if value is not None:
                 where.append(f"{col} = ?")
                 params.append(value)
+        if flt.principal_any is not None:
+            where.append(f"principal IN ({', '.join('?' * len(flt.principal_any)) or 'NULL'})")
+            params.extend(flt.principal_any)
         if flt.since_ms is not None:
             where.append("time_ms >= ?")
             params.append(flt.since_ms)

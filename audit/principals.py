@@ -1,0 +1,196 @@
+"""Principal names as the audit log stores them, and the principal filters an auditor types.
+
+**Canonical form of an mTLS principal.** The client certificate's subject as an RFC 4514
+string, exactly as pyca/cryptography's ``x509.Name.rfc4514_string()`` renders it — RDNs from
+the last to the first of the certificate's sequence (``CN=teller-7,O=Bank,C=CN`` for a
+certificate issued to ``C=CN, O=Bank, CN=teller-7``), as LDAP, Java's
+``X500Principal.getName()`` and ``openssl x509 -noout -subject -nameopt RFC2253`` print it —
+with two additions that make the rendering unique and safe to display:
+
+* the attributes of a multi-valued RDN (``CN=a+UID=b``) are sorted by their rendered text
+  (an RDN is a set, so its order carries no meaning);
+* every character that is invisible or changes how the text around it is displayed is written
+  as RFC 4514 hex escapes of its UTF-8 bytes (U+202E becomes ``\\E2\\80\\AE``): control
+  characters (Unicode category Cc: C0, DEL, C1), format characters (Cf: the bidi marks,
+  embeddings, overrides and isolates U+200E, U+200F, U+061C, U+202A–U+202E, U+2066–U+2069,
+  zero-width characters, U+FEFF), line and paragraph separators (Zl, Zp), spaces other than
+  U+0020 (Zs), surrogates and private-use characters (Cs, Co). The result still parses as
+  RFC 4514 to the same name, so a stored principal never displays as anything but what it is.
+
+**Filters.** :func:`principal_candidates` turns what an auditor types into the stored strings
+it matches: the text exactly as typed, and, when it reads as a distinguished name, that name
+in canonical form in the order typed and in reverse (the certificate's order, as
+``openssl x509 -subject`` prints it by default). Reading a name, attribute types are
+case-insensitive and may be RFC 4514 short names, common long names (``commonName``,
+``emailAddress``...) or dotted OIDs; unescaped spaces around ``,``, ``+`` and the ``=`` after
+a type are ignored; values are compared exactly (case, inner spaces and escapes decoded);
+no other RDN order matches.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+import warnings
+
+from cryptography import x509
+from cryptography.x509.oid import NameOID, ObjectIdentifier
+
+__all__ = ["display_safe", "parse_name", "principal_candidates", "render_name"]
+
+_UNSAFE_CATEGORIES = frozenset({"Cc", "Cf", "Zl", "Zp", "Cs", "Co"})
+
+_TYPE_NAMES: dict[str, ObjectIdentifier] = {
+    alias.lower(): oid
+    for oid, aliases in (
+        (NameOID.COMMON_NAME, ("CN", "commonName")),
+        (NameOID.COUNTRY_NAME, ("C", "countryName")),
+        (NameOID.LOCALITY_NAME, ("L", "localityName")),
+        (NameOID.STATE_OR_PROVINCE_NAME, ("ST", "S", "stateOrProvinceName")),
+        (NameOID.STREET_ADDRESS, ("STREET", "streetAddress")),
+        (NameOID.ORGANIZATION_NAME, ("O", "organizationName")),
+        (NameOID.ORGANIZATIONAL_UNIT_NAME, ("OU", "organizationalUnitName")),
+        (NameOID.DOMAIN_COMPONENT, ("DC", "domainComponent")),
+        (NameOID.USER_ID, ("UID", "userId")),
+        (NameOID.EMAIL_ADDRESS, ("emailAddress", "E", "email")),
+        (NameOID.SERIAL_NUMBER, ("serialNumber",)),
+        (NameOID.SURNAME, ("SN", "surname")),
+        (NameOID.GIVEN_NAME, ("GN", "givenName")),
+        (NameOID.TITLE, ("title",)),
+        (NameOID.INITIALS, ("initials",)),
+        (NameOID.GENERATION_QUALIFIER, ("generationQualifier",)),
+        (NameOID.DN_QUALIFIER, ("dnQualifier",)),
+        (NameOID.PSEUDONYM, ("pseudonym",)),
+        (NameOID.POSTAL_CODE, ("postalCode",)),
+        (NameOID.BUSINESS_CATEGORY, ("businessCategory",)),
+        (NameOID.ORGANIZATION_IDENTIFIER, ("organizationIdentifier",)),
+    )
+    for alias in aliases
+}
+"""Attribute type names an auditor may type (case-insensitive) → OID."""
+
+_DOTTED_OID = re.compile(r"(0|[1-9][0-9]*)(\.(0|[1-9][0-9]*))+")
+
+
+def _unsafe(ch: str) -> bool:
+    category = unicodedata.category(ch)
+    return category in _UNSAFE_CATEGORIES or (category == "Zs" and ch != " ")
+
+
+def _hex_escape(text: str) -> str:
+    if text.isascii() and text.isprintable():
+        return text
+    return "".join("".join(f"\\{b:02X}" for b in ch.encode("utf-8")) if _unsafe(ch) else ch for ch in text)
+
+
+def render_name(name: x509.Name) -> str:
+    """The canonical principal string of an X.509 name (see the module docstring).
+
+    Equal to ``name.rfc4514_string()`` for names without multi-valued RDNs out of order and
+    without unsafe characters. Raises ``ValueError`` only as cryptography does for a name it
+    cannot decode.
+    """
+    return ",".join("+".join(sorted(_hex_escape(attr.rfc4514_string()) for attr in rdn)) for rdn in reversed(name.rdns))
+
+
+def display_safe(text: str) -> str:
+    """``text`` with the characters :func:`render_name` escapes written as ``\\uXXXX``
+    (``\\UXXXXXXXX`` above U+FFFF), for free text that is not a distinguished name (a filter
+    as typed, in a log line or an audit detail)."""
+    if text.isascii() and text.isprintable():
+        return text
+    return "".join(
+        (f"\\u{ord(ch):04x}" if ord(ch) <= 0xFFFF else f"\\U{ord(ch):08x}") if _unsafe(ch) else ch for ch in text
+    )
+
+
+def _split(text: str) -> list[list[tuple[str, str]]] | None:
+    """RDNs of ``(type, raw value)`` with unescaped outer spaces dropped; None if not a DN."""
+    rdns: list[list[tuple[str, str]]] = [[]]
+    type_chars: list[str] = []
+    units: list[tuple[str, bool]] = []  # (text, escaped)
+    in_value = False
+
+    def finish() -> bool:
+        while units and units[0] == (" ", False):
+            units.pop(0)
+        while units and units[-1] == (" ", False):
+            units.pop()
+        attr_type = "".join(type_chars).strip(" ")
+        if not attr_type:
+            return False
+        rdns[-1].append((attr_type, "".join(u for u, _ in units)))
+        type_chars.clear()
+        units.clear()
+        return True
+
+    i = 0
+    while i < len(text):
+        ch = text[i]
+        if ch == "\\":
+            if not in_value or i + 1 >= len(text):
+                return None
+            units.append((text[i : i + 2], True))
+            i += 2
+            continue
+        i += 1
+        if not in_value:
+            if ch == "=":
+                in_value = True
+            elif ch in ",+":
+                return None
+            else:
+                type_chars.append(ch)
+        elif ch in ",+":
+            if not finish():
+                return None
+            in_value = False
+            if ch == ",":
+                rdns.append([])
+        else:
+            units.append((ch, False))
+    if not in_value or not finish():
+        return None
+    return rdns
+
+
+def parse_name(text: str) -> x509.Name | None:
+    """The distinguished name ``text`` spells, read leniently as described in the module
+    docstring (first RDN typed = last of the certificate's sequence, as in RFC 4514), or
+    None when it is not one (an unknown attribute type, a bad escape, invalid UTF-8 in hex
+    escapes, a value cryptography refuses such as a CN over 64 bytes)."""
+    if "=" not in text:
+        return None
+    rdns = _split(text)
+    if rdns is None:
+        return None
+    parts: list[str] = []
+    for rdn in rdns:
+        avas: list[str] = []
+        for attr_type, value in rdn:
+            oid = _TYPE_NAMES.get(attr_type.lower())
+            if oid is None and not _DOTTED_OID.fullmatch(attr_type):
+                return None
+            avas.append(f"{oid.dotted_string if oid else attr_type}={value}")
+        parts.append("+".join(avas))
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return x509.Name.from_rfc4514_string(",".join(parts))
+    except ValueError:  # includes UnicodeDecodeError of hex escapes
+        return None
+
+
+def principal_candidates(text: str) -> tuple[str, ...]:
+    """The stored principal strings a filter ``text`` matches: ``text`` itself and, when it
+    reads as a distinguished name, its canonical form in the order typed and reversed.
+
+    >>> principal_candidates("cn=teller-7, o=Bank")
+    ('cn=teller-7, o=Bank', 'CN=teller-7,O=Bank', 'O=Bank,CN=teller-7')
+    """
+    found = [text]
+    name = parse_name(text)
+    if name is not None:
+        found.append(render_name(name))
+        found.append(render_name(x509.Name(list(reversed(name.rdns)))))
+    return tuple(dict.fromkeys(found))
