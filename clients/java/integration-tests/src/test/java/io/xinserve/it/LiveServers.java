@@ -21,7 +21,9 @@ import java.util.List;
  * engines): {@code --auth-required} with a token file, a plaintext loopback listener (bearer
  * tokens), a TLS listener that requires a client certificate (mTLS; its subject is the
  * principal), and a plaintext loopback OpenAI-compatible HTTP listener (same bearer tokens). TLS
- * server verification with the test CA is exercised on the TLS listener.
+ * server verification with the test CA is exercised on the TLS listener. Its TEE provider is
+ * {@code recorded} (Trustee's recorded TDX quote, tests/fixtures/tee), so that AttestationService
+ * answers on the TLS listener.
  */
 final class LiveServers implements AutoCloseable {
   static final String TINY = "xinserve-tiny-llama";
@@ -77,6 +79,12 @@ final class LiveServers implements AutoCloseable {
         StandardCharsets.UTF_8);
     Files.setPosixFilePermissions(tokens, PosixFilePermissions.fromString("rw-------")); // the server refuses a group/world-readable token file
 
+    Path repoRoot = Path.of(System.getProperty("xinserve.repo.root", "../../..")).toAbsolutePath().normalize();
+    Path teeConfig = work.resolve("tee.yaml");
+    Files.writeString(teeConfig, "tee:\n  provider: recorded\n  allow_recorded: true\n"
+        + "  recorded_evidence_file: '" + repoRoot.resolve("tests/fixtures/tee/tdx_quote_4.dat") + "'\n",
+        StandardCharsets.UTF_8);
+
     int port = XinserveServer.freePort();
     tlsPort = XinserveServer.freePort();
     httpPort = XinserveServer.freePort();
@@ -85,7 +93,7 @@ final class LiveServers implements AutoCloseable {
         "--tls-cert", pki.serverCert.toString(), "--tls-key", pki.serverKey.toString(),
         "--tls-client-ca", pki.caCert.toString(),
         "--http-listen", "127.0.0.1:" + httpPort,
-        "--token-file", tokens.toString(), "--auth-required",
+        "--token-file", tokens.toString(), "--auth-required", "--config", teeConfig.toString(),
         "--builtin-model", TINY, "--builtin-model", MINILM));
     try (XinserveClient probe = plainClient(port).bearerToken(TOKEN).build()) {
       started.awaitServing(probe);
