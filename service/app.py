@@ -1,7 +1,9 @@
 """Start-up, serving and shutdown of the server process (``xinserve serve``).
 
-Order (ARCHITECTURE.md): load config → verify the running image signature if configured
-→ [open audit: audit issue] → [TEE attest: later] → start listeners with health NOT_SERVING
+Order (ARCHITECTURE.md): load config → check data_dir (creating nothing) → bind the metrics
+listener → verify the running image signature if configured → read the token and TLS files
+and bind the listeners → open the audit log (data_dir, key and database are created here, so a
+start refused before it leaves nothing behind) → TEE evidence → serve with health NOT_SERVING
 → for each model: verify its SM2 signature (fail closed) → load engine → health SERVING
 → serve. SIGHUP: reload the token file and the trust store (``service.reload``, audited).
 SIGTERM/SIGINT: health NOT_SERVING, new inference calls UNAVAILABLE, in-flight
@@ -16,6 +18,7 @@ import os
 import signal
 from dataclasses import dataclass, field
 from pathlib import Path
+from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import start_http_server
 
@@ -29,18 +32,19 @@ from service import metrics
 from service.audit_trail import AuditTrail
 from service.config import Settings
 from service.engine_watch import EngineWatch
-from service.frontend import Frontend
+from service.frontend import Frontend, ListenError
 from service.http_frontend import HttpFrontend
 from service.logs import get_logger
 from service.model_metrics import export_runtime
 from service.model_verification import copies_root, verify_and_load
+from service.refused_start import REFUSED_IMAGE, record_refused_start
 from service.reload import Reloader, authenticator_for, changed_config_fields
 from service.runtime import AdapterEntry, ModelEntry, ModelState, Runtime
 from service.server_servicer import server_version
 from service.tee_hook import TeeHook, TeeStartupError
 from trust.demo import ensure_demo_key, sign_if_unsigned
 from trust.errors import VerificationError
-from trust.image_signing import verify_image
+from trust.image_signing import signed_digest_unverified, verify_image
 from trust.sm3 import sm3_hex
 from trust.trust_store import TrustStore
 
@@ -57,6 +61,15 @@ class StartupRefused(Exception):
     """A fail-closed check at start failed (e.g. the running image's signature). Safe to print."""
 
     exit_code = EXIT_REFUSED
+
+
+class ImageRefused(StartupRefused):
+    """The running image's signature did not verify; ``audit_detail`` is what the refused
+    ``start`` event records (``service.refused_start``)."""
+
+    def __init__(self, message: str, **audit_detail: str | None) -> None:
+        super().__init__(message)
+        self.audit_detail = {"refused": REFUSED_IMAGE, **audit_detail}
 
 
 class AuditOpenFailed(StartupRefused):
@@ -153,21 +166,38 @@ async def model_entries(
 def verify_running_image(settings: Settings, store: TrustStore | None) -> None:
     """If an image signature and the running digest are configured, they must verify.
 
+    This proves only that the signature covers ``trust.image_digest`` as given; whether the
+    process runs from that image is the runtime's word, not observable here (docs/signing.md).
+
     Raises:
-        StartupRefused: no trust store, unreadable envelope, or the signature does not verify.
+        ImageRefused: no trust store, unreadable envelope, or the signature does not verify.
     """
     t = settings.trust
     if t.image_signature_file is None or t.image_digest is None:
         return
     if store is None:
-        raise StartupRefused("an image signature is configured but no trust store (trust.trust_store_dir)")
+        raise ImageRefused(
+            "an image signature is configured but no trust store (trust.trust_store_dir)",
+            reason="no_trust_store",
+            image_digest=t.image_digest,
+        )
     try:
         envelope = t.image_signature_file.read_bytes()
-        result = verify_image(envelope, store, t.image_digest)
     except OSError as exc:
-        raise StartupRefused(f"cannot read the image signature: {exc.strerror}") from None
+        raise ImageRefused(
+            f"cannot read the image signature: {exc.strerror}",
+            reason="signature_unreadable",
+            image_digest=t.image_digest,
+        ) from None
+    try:
+        result = verify_image(envelope, store, t.image_digest)
     except VerificationError as exc:
-        raise StartupRefused(f"the running image {t.image_digest} does not verify: {exc}") from None
+        raise ImageRefused(
+            f"the running image {t.image_digest} does not verify: {exc}",
+            reason=exc.reason.value,
+            image_digest=t.image_digest,
+            signed_digest=signed_digest_unverified(envelope),
+        ) from None
     log.info("image_verified", digest=result.digest, key_id=result.key_id)
 
 
@@ -188,12 +218,19 @@ class Server:
 
     @classmethod
     async def create(cls, settings: Settings) -> Server:
-        """Resolve the device, open the listeners (health NOT_SERVING) and register models.
+        """Resolve the device, bind the listeners, open the audit log, start serving (health
+        NOT_SERVING) and register models.
+
+        Everything that can refuse a start without the audit log (device, trust store, image
+        signature, token file, TLS files, listener addresses) is checked before the audit log
+        is opened, so such a start creates nothing under ``data_dir``.
 
         Raises:
             PlatformError: the device's vLLM plugin is missing.
             TokenFileError: malformed token file.
-            RuntimeError: a listener could not bind (grpc raises it).
+            ListenError: a gRPC listener could not bind.
+            RuntimeError: an HTTP listener could not bind.
+            StartupRefused: image signature, audit log or TEE refused the start.
         """
         offline_environment()
         profile = resolve_device(settings.engine.device, settings.engine.visible_devices)
@@ -204,35 +241,50 @@ class Server:
             if settings.trust.trust_store_dir
             else None
         )
-        verify_running_image(settings, configured_store)
-        audit = await open_audit(settings)
-        runtime = Runtime(settings)
-        runtime.audit = audit
-        metrics.ENGINE_LOAD.source = runtime.ready_engines
-        export_runtime(lambda: runtime.models, server_version(), engine_version())
-        await audit.event(
-            EventType.START,
-            version=server_version(),
-            node_id=settings.audit.node_id,
-            pid=os.getpid(),
-            image_digest=settings.trust.image_digest,
-            allow_unsigned_models=settings.trust.allow_unsigned_models,
-        )
-        await audit.event(
-            EventType.CONFIG_LOADED,
-            config_digest=config_digest(settings),
-            changed_fields=",".join(changed_config_fields(settings)),
-        )
         try:
-            runtime.tee = await TeeHook.start(settings.tee, runtime)
-        except TeeStartupError as exc:
-            raise StartupRefused(str(exc)) from None
+            verify_running_image(settings, configured_store)
+        except ImageRefused as exc:
+            await record_refused_start(settings, open_audit, exc.audit_detail)
+            raise
+        runtime = Runtime(settings)
+        # The listeners bind (and the TLS files and the token file are read) before the audit
+        # log is opened: a start that cannot serve creates no data directory, key or database.
         frontend = Frontend(runtime, settings, authenticator_for(settings), profile.device)
-        await frontend.start()
         http = None
-        if settings.listen.http or settings.listen.https:
-            http = HttpFrontend(frontend.core, frontend.inference, settings)
-            await http.start()
+        try:
+            if settings.listen.http or settings.listen.https:
+                http = HttpFrontend(frontend.core, frontend.inference, settings)
+            audit = await open_audit(settings)
+            runtime.audit = audit
+            metrics.ENGINE_LOAD.source = runtime.ready_engines
+            export_runtime(lambda: runtime.models, server_version(), engine_version())
+            await audit.event(
+                EventType.START,
+                version=server_version(),
+                node_id=settings.audit.node_id,
+                pid=os.getpid(),
+                image_digest=settings.trust.image_digest,
+                allow_unsigned_models=settings.trust.allow_unsigned_models,
+            )
+            await audit.event(
+                EventType.CONFIG_LOADED,
+                config_digest=config_digest(settings),
+                changed_fields=",".join(changed_config_fields(settings)),
+            )
+            try:
+                runtime.tee = await TeeHook.start(settings.tee, runtime)
+            except TeeStartupError as exc:
+                raise StartupRefused(str(exc)) from None
+            await frontend.start()
+            if http is not None:
+                await http.start()
+        except BaseException:
+            await frontend.stop(None)
+            if http is not None:
+                await http.stop()
+            if runtime.audit is not None:
+                await runtime.audit.close()
+            raise
         entries, store = await model_entries(settings, profile, audit)
         for entry in entries:
             runtime.add_model(entry)
@@ -291,8 +343,38 @@ class Server:
         log.info("stopped")
 
 
+def start_metrics_listener(address: str) -> WSGIServer:
+    """Serve Prometheus ``/metrics`` on ``address`` (HOST:PORT) in a daemon thread
+    (``prometheus_client.start_http_server``).
+
+    Raises:
+        ListenError: the address cannot be bound.
+    """
+    host, _, port = address.rpartition(":")
+    try:
+        httpd, _ = start_http_server(int(port), addr=host.strip("[]"))
+    except OSError as exc:
+        raise ListenError(f"cannot listen on {address} (metrics_listen): {exc.strerror or exc}") from None
+    return httpd
+
+
 async def serve(settings: Settings) -> int:
-    """Run until SIGTERM/SIGINT; returns the process exit code."""
+    """Run until SIGTERM/SIGINT; returns the process exit code.
+
+    Raises:
+        ListenError, RuntimeError, StartupRefused ...: as ``Server.create``; nothing under
+            ``data_dir`` is created when a listener (``metrics_listen`` included) cannot bind.
+    """
+    metrics_httpd = start_metrics_listener(settings.metrics_listen) if settings.metrics_listen else None
+    try:
+        return await _serve_until_stopped(settings)
+    finally:
+        if metrics_httpd is not None:
+            await asyncio.to_thread(metrics_httpd.shutdown)
+            metrics_httpd.server_close()
+
+
+async def _serve_until_stopped(settings: Settings) -> int:
     server = await Server.create(settings)
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -306,9 +388,6 @@ async def serve(settings: Settings) -> int:
         task.add_done_callback(reloads.discard)
 
     loop.add_signal_handler(signal.SIGHUP, on_sighup)
-    if settings.metrics_listen:
-        host, _, port = settings.metrics_listen.rpartition(":")
-        start_http_server(int(port), addr=host.strip("[]"))
     loading = asyncio.create_task(server.load_models())
     stopping = asyncio.create_task(server.stop_requested.wait())
     await asyncio.wait({loading, stopping}, return_when=asyncio.FIRST_COMPLETED)
@@ -328,8 +407,12 @@ async def serve(settings: Settings) -> int:
 
 
 def data_dir_ok(path: Path) -> bool:
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-        return os.access(path, os.W_OK)
-    except OSError:
-        return False
+    """Whether ``path`` is a writable directory, or could be created as one (its nearest
+    existing ancestor is a writable directory). Creates nothing: the directory is made when
+    the audit log or the built-in models first need it."""
+    probe = path
+    while not probe.exists():
+        if probe.parent == probe:
+            return False
+        probe = probe.parent
+    return probe.is_dir() and os.access(probe, os.W_OK | os.X_OK)

@@ -200,6 +200,7 @@ def _serve(args: argparse.Namespace) -> int:
     # Imports the engine (seconds, more on a busy host): only once the configuration is valid.
     try:
         from service.app import StartupRefused, data_dir_ok, serve
+        from service.frontend import ListenError
     except ModuleNotFoundError as exc:
         if (exc.name or "").split(".")[0] not in _ENGINE_PACKAGES:
             raise
@@ -208,7 +209,7 @@ def _serve(args: argparse.Namespace) -> int:
 
     logs.configure(settings.log_format, settings.log_level)
     if not data_dir_ok(settings.data_dir):
-        print(f"xinserve serve: data_dir: cannot write to {settings.data_dir}", file=sys.stderr)
+        print(f"xinserve serve: data_dir: cannot create or write to {settings.data_dir}", file=sys.stderr)
         return EXIT_ENVIRONMENT
     try:
         return asyncio.run(serve(settings))
@@ -218,6 +219,9 @@ def _serve(args: argparse.Namespace) -> int:
     except StartupRefused as exc:
         print(f"xinserve serve: refusing to start: {exc}", file=sys.stderr)
         return exc.exit_code
+    except ListenError as exc:
+        print(f"xinserve serve: {exc}", file=sys.stderr)
+        return EXIT_ENVIRONMENT
     except RuntimeError as exc:
         if "Failed to bind" in str(exc) or "bind" in str(exc).lower():
             print(f"xinserve serve: cannot listen: {exc}", file=sys.stderr)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1.health import aio as health_aio
@@ -39,7 +41,9 @@ def server_options(settings: Settings) -> list[tuple[str, int]]:
     A unary Generate writes nothing while the engine decodes, so client keepalive pings
     in that window must not count as strikes (vLLM's own gRPC launcher,
     vllm/entrypoints/launchers/grpc_server.py, does the same): no strike limit, pings
-    accepted every 10 s even without data, and without active calls.
+    accepted every 10 s even without data, and without active calls. ``SO_REUSEPORT`` is
+    off (grpc turns it on by default on Linux): a second server on a taken port fails to
+    bind instead of silently sharing the port's connections with the first.
     """
     size = settings.limits.max_message_bytes
     return [
@@ -71,8 +75,32 @@ def server_credentials(settings: Settings) -> grpc.ServerCredentials:
     return grpc.ssl_server_credentials([pair])
 
 
+class ListenError(RuntimeError):
+    """A listener cannot bind its address. The message names the address and the setting
+    it came from, and is safe to print."""
+
+
+def _bound(add: Callable[[str], int], address: str, setting: str) -> int:
+    """``add(address)`` (``grpc.aio.Server.add_insecure_port``/``add_secure_port``): the port bound.
+
+    Raises:
+        ListenError: grpc could not bind the address (grpc raises RuntimeError without the reason).
+    """
+    try:
+        return add(address)
+    except RuntimeError:
+        raise ListenError(
+            f"cannot listen on {address} ({setting}): the address is in use by another process "
+            "or not available on this host"
+        ) from None
+
+
 class Frontend:
     """Builds and runs one grpc.aio server over ``runtime``.
+
+    The listeners bind when it is built (``start`` begins serving on them); with
+    ``grpc.so_reuseport`` off, an address another server holds is refused (ListenError)
+    instead of being shared with it.
 
     Args:
         runtime: shared state (models, admission, health).
@@ -81,6 +109,10 @@ class Frontend:
         device: device kind reported by ModelService/ServerService.
         core: the call core to share with other front ends (default: one over the above
             and the policy of ``settings.auth``).
+
+    Raises:
+        ListenError: a listener cannot bind.
+        OSError: a TLS file cannot be read.
     """
 
     def __init__(
@@ -117,11 +149,11 @@ class Frontend:
             reflection.enable_server_reflection(names, self.server)
         self.ports: dict[str, int] = {}
         for address in settings.listen.plaintext:
-            self.ports[address] = self.server.add_insecure_port(address)
+            self.ports[address] = _bound(self.server.add_insecure_port, address, "listen.plaintext")
         if settings.listen.tls:
             creds = server_credentials(settings)
             for address in settings.listen.tls:
-                self.ports[address] = self.server.add_secure_port(address, creds)
+                self.ports[address] = _bound(lambda a: self.server.add_secure_port(a, creds), address, "listen.tls")
 
     async def start(self) -> None:
         await self.runtime.attach_health(self.health)

@@ -1,0 +1,119 @@
+"""A start of ``xinserve serve`` that cannot serve (its gRPC port or its metrics port is taken)
+exits 3 with a message naming the address, and creates no data directory, key or audit
+database: the listeners bind before the audit log is opened.
+
+The gRPC port is held by a grpc server with grpc's default options, which turn
+``SO_REUSEPORT`` on under Linux: a second server that left it on too would share the port
+silently instead of failing.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from concurrent import futures
+from contextlib import contextmanager
+from pathlib import Path
+
+import grpc
+import pytest
+
+from service.config import load_settings
+from service.frontend import Frontend, ListenError
+from service.reload import authenticator_for
+from service.runtime import Runtime
+from tests.conftest import REPO, TINY
+
+_CLI = "import sys; from service.cli import main; sys.exit(main(sys.argv[1:]))"
+
+
+@contextmanager
+def grpc_server_holding_a_port() -> Iterator[int]:
+    """A plain grpc server (default options: SO_REUSEPORT on) listening on a free loopback port."""
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=1))
+    try:
+        port = server.add_insecure_port("127.0.0.1:0")
+        server.start()
+        yield port
+    finally:
+        server.stop(None).wait()
+
+
+@contextmanager
+def socket_holding_a_port() -> Iterator[int]:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        yield sock.getsockname()[1]
+    finally:
+        sock.close()
+
+
+def serve(data_dir: Path, *args: str) -> subprocess.Popen[str]:
+    """Start ``xinserve serve`` (stdout and stderr captured)."""
+    return subprocess.Popen(
+        [sys.executable, "-c", _CLI, "serve", "--data-dir", str(data_dir), "--builtin-model", TINY, *args],
+        cwd=REPO,
+        env={**os.environ, "XDG_DATA_HOME": str(data_dir.parent / "xdg")},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def finish(proc: subprocess.Popen[str]) -> tuple[int, str]:
+    """Exit status and stderr of ``proc``; killed (and waited for) if it runs past 600 s."""
+    try:
+        _, stderr = proc.communicate(timeout=600)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        _, stderr = proc.communicate()
+        pytest.fail(f"xinserve serve did not exit within 600 s: {stderr[-3000:]}")
+    return proc.returncode, stderr
+
+
+def test_a_start_whose_port_is_taken_exits_3_and_creates_no_data_dir(tmp_path: Path) -> None:
+    # Both starts run at once (each imports the engine, which takes most of their time).
+    grpc_case = tmp_path / "grpc" / "fresh" / "data"
+    metrics_case = tmp_path / "metrics" / "fresh" / "data"
+    with grpc_server_holding_a_port() as port, socket_holding_a_port() as metrics_port:
+        procs = [
+            serve(grpc_case, "--listen", f"127.0.0.1:{port}", "--no-metrics"),
+            serve(metrics_case, "--listen", "127.0.0.1:0", "--metrics-listen", f"127.0.0.1:{metrics_port}"),
+        ]
+        try:
+            results = [finish(p) for p in procs]
+        finally:
+            for p in procs:
+                if p.poll() is None:
+                    p.kill()
+                    p.wait()
+    expected = [
+        (grpc_case, f"cannot listen on 127.0.0.1:{port} (listen.plaintext)"),
+        (metrics_case, f"cannot listen on 127.0.0.1:{metrics_port} (metrics_listen)"),
+    ]
+    for (rc, stderr), (data_dir, message) in zip(results, expected, strict=True):
+        assert rc == 3, stderr[-3000:]
+        assert message in stderr, stderr[-3000:]
+        assert "Traceback" not in stderr, stderr[-3000:]
+        fresh = data_dir.parent
+        assert not fresh.exists(), sorted(str(p) for p in fresh.rglob("*"))
+
+
+def test_frontend_refuses_a_port_another_grpc_server_holds(tmp_path: Path) -> None:
+    with grpc_server_holding_a_port() as port:
+        settings = load_settings(
+            overrides={
+                "data_dir": str(tmp_path / "data"),
+                "listen": {"plaintext": [f"127.0.0.1:{port}"]},
+                "metrics_listen": None,
+            }
+        )
+        with pytest.raises(ListenError) as err:
+            Frontend(Runtime(settings), settings, authenticator_for(settings), "cpu")
+    assert str(err.value).startswith(f"cannot listen on 127.0.0.1:{port} (listen.plaintext)")
+    assert not (tmp_path / "data").exists()
