@@ -13,6 +13,11 @@ an expired one) never reaches the call core: it is counted in
 e.g. ``certificate_verify_failed``, ``peer_did_not_return_a_certificate``) and logged as
 ``tls_handshake_refused``. The peer address is not known there: Python's ``ssl.SSLObject``,
 which asyncio drives for the handshake, has no link to the connection's transport.
+
+A request asking to switch protocols (``Upgrade: h2c``, as the JDK's ``HttpClient`` and
+``curl --http2`` send on ``http://`` URLs) is served as the HTTP/1.1 request it also is,
+body included, and the connection stays HTTP/1.1: RFC 9110 section 7.8 lets a server
+ignore ``Upgrade``.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import socket
 import ssl
 from typing import Any
 
+import httptools
 import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
@@ -51,9 +57,24 @@ class _ObservedSSLObject(ssl.SSLObject):
             raise
 
 
+_FRAMING_HEADERS = (b"content-length", b"transfer-encoding")
+
+
 class _ClientCertProtocol(HttpToolsProtocol):
-    """uvicorn's HTTP/1.1 protocol, plus the verified client certificate (PEM) of a TLS
-    connection in each request's ``scope["state"]`` (uvicorn copies ``app_state`` into it)."""
+    """uvicorn's HTTP/1.1 protocol (httptools), plus:
+
+    - the verified client certificate (PEM) of a TLS connection in each request's
+      ``scope["state"]`` (uvicorn copies ``app_state`` into it);
+    - a request with an ``Upgrade`` other than ``websocket`` is served with its body.
+      httptools (llhttp) treats everything after such a request's head as the new
+      protocol's bytes: it ends the message without a body and stops parsing. Here those
+      bytes are parsed further as the request's body, framed by its own ``Content-Length``
+      or ``Transfer-Encoding`` (a fresh parser reads a head made of just those headers,
+      whose callbacks are skipped, then the rest), and the connection goes on as HTTP/1.1.
+    """
+
+    _skipping_head = False
+    """True while the fresh parser reads the framing-only head (its callbacks do nothing)."""
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -61,6 +82,59 @@ class _ClientCertProtocol(HttpToolsProtocol):
         der = ssl_object.getpeercert(binary_form=True) if ssl_object is not None else None
         if der:
             self.app_state = {**self.app_state, CLIENT_CERT_STATE: ssl.DER_cert_to_PEM_cert(der).encode("ascii")}
+
+    def _ignoring_upgrade(self) -> bool:
+        """The request being parsed asks for an upgrade that is not served (not websocket)."""
+        return bool(self.parser.should_upgrade()) and not self._should_upgrade()
+
+    def data_received(self, data: bytes) -> None:
+        self._unset_keepalive_if_required()
+        while True:
+            try:
+                self.parser.feed_data(data)
+                return
+            except httptools.HttpParserUpgrade as upgrade:
+                if self._should_upgrade():
+                    self.handle_websocket_upgrade()
+                    return
+                data = self._parse_body_next() + data[upgrade.args[0] :]
+            except httptools.HttpParserError:
+                msg = "Invalid HTTP request received."
+                self.logger.warning(msg)
+                self.send_400_response(msg)
+                return
+
+    def _parse_body_next(self) -> bytes:
+        """Replace the stopped parser by a fresh one; returns the head to feed it first: the
+        upgrade request's framing headers only (its callbacks are skipped)."""
+        self.parser = httptools.HttpRequestParser(self)
+        self.parser.set_dangerous_leniencies(lenient_data_after_close=True)
+        self._skipping_head = True
+        framing = b"".join(name + b": " + value + b"\r\n" for name, value in self.headers if name in _FRAMING_HEADERS)
+        return b"POST / HTTP/1.1\r\n" + framing + b"\r\n"
+
+    def on_message_begin(self) -> None:
+        if not self._skipping_head:
+            super().on_message_begin()
+
+    def on_url(self, url: bytes) -> None:
+        if not self._skipping_head:
+            super().on_url(url)
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        if not self._skipping_head:
+            super().on_header(name, value)
+
+    def on_headers_complete(self) -> None:
+        if self._skipping_head:
+            self._skipping_head = False
+        else:
+            super().on_headers_complete()
+
+    def on_message_complete(self) -> None:
+        # The upgrade request's head ends its message at once; its body comes after.
+        if not self._ignoring_upgrade():
+            super().on_message_complete()
 
 
 def _bind(address: str) -> socket.socket:
