@@ -2,7 +2,8 @@
 
 Formats: Intel TDX quote v4/v5 (Intel DCAP "Quote Library" ABI: 48-byte header, TD report body),
 AMD SEV-SNP attestation report (SEV-SNP ABI spec, ``ATTESTATION_REPORT``, 0x4A0 bytes), Hygon CSV
-evidence JSON (Trustee ``deps/verifier``), and the ``sample``/recorded JSON of
+evidence JSON (Trustee ``deps/verifier``, with its PEK/CEK certificates decoded by
+:mod:`trust.tee.csv_certificate`), and the ``sample``/recorded JSON of
 :mod:`trust.tee.recorded`. Every parser raises :class:`EvidenceParseError` (with the offset where it
 stopped) on hostile input and nothing else; the verification of signatures and certificate chains is
 the verifier's job (a KBS, or the client's verifier).
@@ -17,7 +18,8 @@ import struct
 from dataclasses import dataclass
 from typing import Any
 
-from trust.tee import csv_guest
+from trust.tee import csv_certificate, csv_guest
+from trust.tee.csv_certificate import CsvCertificate
 from trust.tee.errors import EvidenceParseError
 from trust.tee.evidence import REPORT_DATA_SIZE, TEE_CSV, TEE_SAMPLE, TEE_SNP, TEE_TDX
 
@@ -34,13 +36,17 @@ SNP_MEASUREMENT = slice(0x90, 0xC0)
 
 @dataclass(frozen=True)
 class ParsedEvidence:
-    """What a parser read: the TEE, the 64 report-data bytes and the launch measurement (hex)."""
+    """What a parser read: the TEE, the 64 report-data bytes and the launch measurement (hex).
+
+    ``certificates``: the certificates the evidence carries, decoded, leaf first (CSV: the PEK,
+    then the CEK when Trustee's ``cert_chain.hsk_cek`` is present); empty for other TEEs."""
 
     tee: str
     version: int
     report_data: bytes
     measurement: str
     recorded: bool = False
+    certificates: tuple[CsvCertificate, ...] = ()
 
 
 def _bytes(evidence: Any) -> bytes:
@@ -113,8 +119,36 @@ def _json_object(data: bytes) -> dict[str, Any]:
     return doc
 
 
+def _csv_certificates(doc: dict[str, Any], page: bytes) -> tuple[CsvCertificate, ...]:
+    """Trustee's ``cert_chain {pek, hsk_cek: {hsk, cek} | null}``, PEK and CEK decoded (the HSK is
+    Hygon's CA format, the verifier's to check). Without ``cert_chain`` (xinserve's own CSV
+    provider), the PEK the report's signer carries, if its key usage says PEK."""
+    chain = doc.get("cert_chain")
+    if chain is None:
+        start = csv_guest.SIGNER_OFFSET
+        embedded = csv_certificate.decode(page[start : start + csv_guest.PEK_CERT_SIZE], "the report's PEK")
+        return (embedded,) if embedded.role == "PEK" else ()
+    if not isinstance(chain, dict):
+        raise EvidenceParseError("cert_chain must be an object")
+    if "pek" not in chain:
+        raise EvidenceParseError("cert_chain.pek is missing")
+    pek = csv_certificate.decode_json(chain["pek"], "cert_chain.pek")
+    if pek.role != "PEK":
+        raise EvidenceParseError(f"cert_chain.pek has key usage {pek.role}, not PEK")
+    hsk_cek = chain.get("hsk_cek")
+    if hsk_cek is None:
+        return (pek,)
+    if not isinstance(hsk_cek, dict) or not isinstance(hsk_cek.get("hsk"), dict) or "cek" not in hsk_cek:
+        raise EvidenceParseError("cert_chain.hsk_cek must be an object with hsk and cek")
+    cek = csv_certificate.decode_json(hsk_cek["cek"], "cert_chain.hsk_cek.cek")
+    if cek.role != "CEK":
+        raise EvidenceParseError(f"cert_chain.hsk_cek.cek has key usage {cek.role}, not CEK")
+    return (pek, cek)
+
+
 def parse_csv_evidence(evidence: bytes) -> ParsedEvidence:
-    """Trustee's Hygon CSV evidence JSON: ``attestation_report {magic[16], flags, data[4096]}``.
+    """Trustee's Hygon CSV evidence JSON: ``attestation_report {magic[16], flags, data[4096]}``
+    and ``cert_chain`` (see :func:`_csv_certificates`).
 
     Version 1 reports (magic all zero, or ``ATTESTATION_EXT`` with flags 0) only; the extended
     (v2) report is refused with a precise error."""
@@ -132,7 +166,9 @@ def parse_csv_evidence(evidence: bytes) -> ParsedEvidence:
         raise EvidenceParseError("attestation_report.magic/flags are not a CSV v1 report")
     page = _byte_list(report.get("data"), "attestation_report.data", csv_guest.PAGE)
     parsed = csv_guest.parse_report(page)
-    return ParsedEvidence(TEE_CSV, 1, parsed.report_data, parsed.measure.hex())
+    return ParsedEvidence(
+        TEE_CSV, 1, parsed.report_data, parsed.measure.hex(), certificates=_csv_certificates(doc, page)
+    )
 
 
 def parse_sample_evidence(evidence: bytes) -> ParsedEvidence:
