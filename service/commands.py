@@ -81,7 +81,11 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
         help="DEVELOPMENT ONLY: serve models that fail signature verification (warned and recorded)",
     )
     p.add_argument("--image-signature", type=Path, help="DSSE envelope signing the running image")
-    p.add_argument("--image-digest", help="the running image's digest (sha256:...)")
+    p.add_argument(
+        "--image-digest",
+        help="the digest the running image was pulled by (sha256:...); the signature must cover it. This "
+        "proves that this digest is signed, not that the process runs from it (docs/signing.md)",
+    )
     p.add_argument("--device", choices=DEVICE_CHOICES, help="accelerator kind (default auto)")
     p.add_argument("--data-dir", type=Path, help="where built-in models, keys and the audit log live")
     p.add_argument("--max-model-len", type=int)
