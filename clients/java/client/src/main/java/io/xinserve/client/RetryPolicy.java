@@ -7,7 +7,9 @@ import java.util.Objects;
  * How the client retries calls that fail with {@code UNAVAILABLE}, through gRPC's retry support
  * (the channel's service config). A call is retried only while it is not yet committed: once the
  * server has sent response headers or the first streamed token, a failure is reported to the caller
- * and never retried, so a generation is never silently restarted.
+ * and never retried, so a generation is never silently restarted. A TLS handshake or certificate
+ * failure is never retried either: it fails the first attempt with {@link
+ * io.xinserve.client.errors.TlsHandshakeException}.
  *
  * @param maxAttempts total attempts including the first, 1 (no retries) .. 5
  * @param initialBackoff backoff before the first retry (randomised by gRPC, as the spec says)

@@ -768,9 +768,15 @@ public final class XinserveClient implements AutoCloseable {
 
   static Map<String, Object> serviceConfig(String loadBalancingPolicy, RetryPolicy retry) {
     Map<String, Object> config = new LinkedHashMap<>();
-    if (loadBalancingPolicy != null && !loadBalancingPolicy.isEmpty()) {
-      config.put("loadBalancingConfig", List.of(Map.of(loadBalancingPolicy, Map.of())));
-    }
+    // the chosen policy (gRPC's default pick_first if none) under the TLS fail-fast wrapper
+    TlsFailFastLoadBalancerProvider.register();
+    config.put(
+        "loadBalancingConfig",
+        List.of(
+            TlsFailFastLoadBalancerProvider.config(
+                loadBalancingPolicy != null && !loadBalancingPolicy.isEmpty()
+                    ? loadBalancingPolicy
+                    : "pick_first")));
     if (retry != null && retry.enabled()) {
       List<Object> names = new ArrayList<>();
       for (String s : RETRIED_SERVICES) {

@@ -567,7 +567,12 @@ class XinserveClientTest {
   @Test
   void serviceConfigNamesEveryServiceAndOnlyUnavailable() {
     Map<String, Object> sc = XinserveClient.serviceConfig("round_robin", RetryPolicy.defaults());
-    assertThat(sc.get("loadBalancingConfig")).isEqualTo(List.of(Map.of("round_robin", Map.of())));
+    assertThat(sc.get("loadBalancingConfig"))
+        .isEqualTo(
+            List.of(
+                Map.of(
+                    "xinserve_tls_fail_fast",
+                    Map.of("childPolicy", List.of(Map.of("round_robin", Map.of()))))));
     @SuppressWarnings("unchecked")
     Map<String, Object> mc = ((List<Map<String, Object>>) sc.get("methodConfig")).get(0);
     @SuppressWarnings("unchecked")

@@ -4,6 +4,7 @@ import static io.xinserve.it.LiveServers.TINY;
 import static org.assertj.core.api.Assertions.assertThat;
 import static org.assertj.core.api.Assertions.assertThatThrownBy;
 
+import io.xinserve.client.AttemptCounter;
 import io.xinserve.client.RetryPolicy;
 import io.xinserve.client.XinserveClient;
 import io.xinserve.client.errors.UnauthenticatedException;
@@ -42,8 +43,11 @@ class SecurityIT {
   }
 
   @Test
-  void tlsRefusesAServerCertificateFromAnotherCa() {
+  void tlsRefusesAServerCertificateFromAnotherCaAtTheFirstAttempt() {
+    AttemptCounter countAttempts = new AttemptCounter(); // one per gRPC attempt, retries included
     try (XinserveClient c = tls(servers.tlsPort)
+        .retryPolicy(RetryPolicy.defaults())
+        .intercept(countAttempts)
         .trustCertificates(servers.pki.otherCaCert)
         .clientCertificate(servers.pki.clientCert, servers.pki.clientKey)
         .build()) {
@@ -55,6 +59,8 @@ class SecurityIT {
                 assertThat(e.isRetryable()).isFalse();
                 assertThat(e.getMessage()).contains("TLS handshake failed");
               });
+      // and gRPC's retry policy (3 attempts for UNAVAILABLE) does not try it again
+      assertThat(countAttempts.attempts()).isEqualTo(1);
     }
   }
 

@@ -144,6 +144,18 @@ public final class XinserveExceptions {
     return parts.isEmpty() ? t.getClass().getSimpleName() : String.join(": ", parts);
   }
 
+  /**
+   * Whether a status is a TLS handshake or certificate failure: {@code UNAVAILABLE} caused by an
+   * {@link javax.net.ssl.SSLException} or a {@link java.security.cert.CertificateException}
+   * anywhere in its cause chain. {@link #from} maps such a status to {@link TlsHandshakeException}.
+   *
+   * @param status the status
+   * @return {@code true} for a TLS failure
+   */
+  public static boolean isTlsHandshakeFailure(Status status) {
+    return status.getCode() == Status.Code.UNAVAILABLE && tlsFailure(status.getCause()) != null;
+  }
+
   private static Throwable tlsFailure(Throwable t) {
     for (Throwable cur = t; cur != null; cur = cur.getCause() == cur ? null : cur.getCause()) {
       if (cur instanceof javax.net.ssl.SSLException
