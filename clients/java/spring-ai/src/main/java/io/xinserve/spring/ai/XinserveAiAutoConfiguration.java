@@ -24,11 +24,7 @@ import org.springframework.context.annotation.Bean;
  * xinserve-spring-ai-boot4}, on {@code xinserve-spring-boot4-starter}); on the other Boot
  * generation the context fails to start, naming the artifact to use.
  */
-@AutoConfiguration(
-    afterName = {
-      "io.xinserve.spring.boot.XinserveClientAutoConfiguration",
-      "io.xinserve.spring.boot.XinserveClientBoot4AutoConfiguration"
-    })
+@AutoConfiguration(afterName = "io.xinserve.spring.boot.XinserveClientAutoConfiguration")
 @ConditionalOnClass({ChatModel.class, XinserveClients.class})
 @ConditionalOnBean(XinserveClients.class)
 @EnableConfigurationProperties(XinserveAiProperties.class)

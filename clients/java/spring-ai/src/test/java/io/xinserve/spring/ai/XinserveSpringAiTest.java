@@ -227,13 +227,9 @@ class XinserveSpringAiTest {
     assertThat(embeds.get(1).getModel()).isEqualTo("e5");
   }
 
-  /** The starter of the Spring Boot generation this module is built for. */
-  static Class<?> starterAutoConfiguration() throws ClassNotFoundException {
-    String boot = org.springframework.boot.SpringBootVersion.getVersion();
-    return Class.forName(
-        boot.startsWith("3.")
-            ? "io.xinserve.spring.boot.XinserveClientAutoConfiguration"
-            : "io.xinserve.spring.boot.XinserveClientBoot4AutoConfiguration");
+  /** The starter's auto-configuration (the same class in the Boot 3 and the Boot 4 starter). */
+  static Class<?> starterAutoConfiguration() {
+    return io.xinserve.spring.boot.XinserveClientAutoConfiguration.class;
   }
 
   @Test

@@ -1,5 +1,8 @@
 package io.xinserve.spring.boot;
 
+import java.io.IOException;
+import java.io.InputStream;
+import java.util.Properties;
 import org.springframework.boot.SpringBootVersion;
 
 /**
@@ -36,12 +39,38 @@ final class BootGeneration {
     }
   }
 
-  /** Checks the running Boot version for this (the Boot 3) starter. */
-  static void requireBoot3() {
+  /**
+   * The artifact id and Spring Boot version this jar was built with ({@code build.properties},
+   * filled in by the module's build).
+   *
+   * @return the properties {@code artifact} and {@code spring-boot.version}
+   * @throws IllegalStateException if the jar holds no readable {@code build.properties}
+   */
+  static Properties builtFor() {
+    Properties p = new Properties();
+    try (InputStream in = BootGeneration.class.getResourceAsStream("build.properties")) {
+      if (in == null) {
+        throw new IllegalStateException("the xinserve starter jar holds no build.properties");
+      }
+      p.load(in);
+    } catch (IOException e) {
+      throw new IllegalStateException("cannot read the xinserve starter's build.properties", e);
+    }
+    return p;
+  }
+
+  /**
+   * Checks the running Spring Boot against the generation this jar was built for.
+   *
+   * @throws IllegalStateException on another major version, naming the starter to use
+   */
+  static void requireBuiltGeneration() {
+    Properties built = builtFor();
+    int major = Integer.parseInt(built.getProperty("spring-boot.version").split("\\.", 2)[0]);
     require(
         SpringBootVersion.getVersion(),
-        3,
-        "xinserve-spring-boot-starter",
-        "xinserve-spring-boot4-starter");
+        major,
+        built.getProperty("artifact"),
+        major == 3 ? "xinserve-spring-boot4-starter" : "xinserve-spring-boot-starter");
   }
 }

@@ -6,15 +6,7 @@ import io.micrometer.observation.ObservationRegistry;
 import io.micrometer.tracing.Tracer;
 import io.micrometer.tracing.propagation.Propagator;
 import io.xinserve.client.XinserveClient;
-import java.util.LinkedHashMap;
-import java.util.Map;
-import java.util.stream.Collectors;
 import org.springframework.beans.factory.ObjectProvider;
-import org.springframework.boot.actuate.autoconfigure.health.ConditionalOnEnabledHealthIndicator;
-import org.springframework.boot.actuate.health.CompositeHealthContributor;
-import org.springframework.boot.actuate.health.Health;
-import org.springframework.boot.actuate.health.HealthContributor;
-import org.springframework.boot.actuate.health.HealthIndicator;
 import org.springframework.boot.autoconfigure.AutoConfiguration;
 import org.springframework.boot.autoconfigure.condition.ConditionalOnBean;
 import org.springframework.boot.autoconfigure.condition.ConditionalOnClass;
@@ -30,14 +22,16 @@ import org.springframework.context.annotation.Primary;
 /**
  * Auto-configures xinserve clients from {@code xinserve.client.*}: a {@link XinserveClients}
  * registry with the default and named clients, the default {@link XinserveClient} bean (when
- * {@code xinserve.client.address} is set), an Actuator health contributor "xinserve", Micrometer
- * meters, a Micrometer {@code Observation} per call (a client span when tracing is on) and trace
- * propagation. Every bean backs off when the application defines its own; an application's own
- * {@link XinserveClient} bean becomes the registry's default client, so health and the Spring AI
- * models use it instead of a second channel built from properties.
+ * {@code xinserve.client.address} is set), Micrometer meters, a Micrometer {@code Observation} per
+ * call (a client span when tracing is on) and trace propagation; the health contributor
+ * "xinserve" comes from {@link XinserveHealthAutoConfiguration}. Every bean backs off when the
+ * application defines its own; an application's own {@link XinserveClient} bean becomes the
+ * registry's default client, so health and the Spring AI models use it instead of a second channel
+ * built from properties.
  *
- * <p>Built for Spring Boot 3.5: on Spring Boot 4 the context fails to start, naming {@code
- * xinserve-spring-boot4-starter}.
+ * <p>The same source in both starters ({@code xinserve-spring-boot-starter} for Spring Boot 3.5,
+ * {@code xinserve-spring-boot4-starter} for 4.0): it uses nothing that Boot 4 moved. On the other
+ * generation the context fails to start, naming the starter to use.
  */
 @AutoConfiguration(after = SslAutoConfiguration.class)
 @ConditionalOnClass(XinserveClient.class)
@@ -45,9 +39,9 @@ import org.springframework.context.annotation.Primary;
 @EnableConfigurationProperties(XinserveClientProperties.class)
 public class XinserveClientAutoConfiguration {
 
-  /** Fails at start-up on a Spring Boot generation other than 3. */
+  /** Fails at start-up on a Spring Boot generation other than the one this jar was built for. */
   public XinserveClientAutoConfiguration() {
-    BootGeneration.requireBoot3();
+    BootGeneration.requireBuiltGeneration();
   }
 
   /**
@@ -147,35 +141,6 @@ public class XinserveClientAutoConfiguration {
     TracingCallHeaders xinserveTracingCallHeaders(
         ObjectProvider<Tracer> tracer, ObjectProvider<Propagator> propagator) {
       return new TracingCallHeaders(tracer, propagator);
-    }
-  }
-
-  /** Actuator health, when Spring Boot Actuator is on the class path. */
-  @Configuration(proxyBeanMethods = false)
-  @ConditionalOnClass({HealthIndicator.class, ConditionalOnEnabledHealthIndicator.class})
-  @ConditionalOnProperty(prefix = "xinserve.client.health", name = "enabled", matchIfMissing = true)
-  @ConditionalOnEnabledHealthIndicator("xinserve")
-  static class HealthConfiguration {
-    @Bean
-    @ConditionalOnMissingBean(name = "xinserveHealthContributor")
-    HealthContributor xinserveHealthContributor(
-        XinserveClients clients, XinserveClientProperties properties) {
-      XinserveClientProperties.Health h = properties.getHealth();
-      Map<String, HealthIndicator> indicators =
-          clients.asMap().entrySet().stream()
-              .collect(
-                  Collectors.toMap(
-                      Map.Entry::getKey,
-                      e -> new XinserveHealthIndicator(e.getValue(), h.getService(), h.getTimeout()),
-                      (a, b) -> a,
-                      LinkedHashMap::new));
-      if (indicators.isEmpty()) {
-        return (HealthIndicator) () -> Health.unknown().withDetail("clients", 0).build();
-      }
-      if (indicators.size() == 1) {
-        return indicators.values().iterator().next();
-      }
-      return CompositeHealthContributor.fromMap(indicators);
     }
   }
 }

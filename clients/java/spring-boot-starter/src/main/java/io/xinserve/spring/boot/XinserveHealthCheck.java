@@ -8,6 +8,7 @@ import io.xinserve.client.errors.XinserveException;
 import java.time.Duration;
 import java.util.LinkedHashMap;
 import java.util.Map;
+import java.util.function.Function;
 
 /**
  * The health of one xinserve server as a client sees it, independent of Actuator's types (which
@@ -49,7 +50,8 @@ public final class XinserveHealthCheck {
   private final Duration timeout;
 
   /**
-   * @param client the client to check through (its credentials are used)
+   * @param client the client to check through (its credentials are used); {@code null} for a
+   *     registry without clients, which is UNKNOWN with the detail {@code clients: 0}
    * @param service the service name to check ({@code ""} for the whole server)
    * @param timeout the deadline of each of the two calls
    */
@@ -59,9 +61,55 @@ public final class XinserveHealthCheck {
     this.timeout = timeout;
   }
 
+  /**
+   * The health contributor "xinserve" of a registry, made of a Spring Boot generation's own health
+   * types (they moved packages in Boot 4; this decides what to build, the caller builds it).
+   *
+   * @param <C> the generation's {@code HealthContributor} type
+   * @param clients the registry
+   * @param health the health properties (service name, deadline)
+   * @param indicator makes the indicator that reports one check
+   * @param composite makes the composite of several checks, by client name
+   * @return the one client's indicator (UNKNOWN with {@code clients: 0} when the registry is
+   *     empty), or the composite of all clients in the registry's order
+   */
+  static <C> C contributor(
+      XinserveClients clients,
+      XinserveClientProperties.Health health,
+      Function<XinserveHealthCheck, ? extends C> indicator,
+      Function<Map<String, XinserveHealthCheck>, ? extends C> composite) {
+    Map<String, XinserveHealthCheck> checks = perClient(clients, health);
+    if (checks.size() > 1) {
+      return composite.apply(checks);
+    }
+    return indicator.apply(
+        checks.isEmpty() ? new XinserveHealthCheck(null, "", Duration.ZERO) : checks.values().iterator().next());
+  }
+
+  /**
+   * @param clients the registry
+   * @param health the health properties (service name, deadline)
+   * @return one check per client, by client name, in the registry's order
+   */
+  private static Map<String, XinserveHealthCheck> perClient(
+      XinserveClients clients, XinserveClientProperties.Health health) {
+    Map<String, XinserveHealthCheck> checks = new LinkedHashMap<>();
+    clients
+        .asMap()
+        .forEach(
+            (name, client) ->
+                checks.put(
+                    name, new XinserveHealthCheck(client, health.getService(), health.getTimeout())));
+    return checks;
+  }
+
   /** @return the result of one check; never throws */
   public Result check() {
     Map<String, Object> d = new LinkedHashMap<>();
+    if (client == null) {
+      d.put("clients", 0);
+      return new Result(Outcome.UNKNOWN, d);
+    }
     d.put("target", client.target());
     ConnectivityState before = client.connectivityState(true);
     HealthCheckResponse.ServingStatus s;

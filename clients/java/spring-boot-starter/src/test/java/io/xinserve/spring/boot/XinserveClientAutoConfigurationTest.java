@@ -59,7 +59,9 @@ class XinserveClientAutoConfigurationTest {
 
   private final ApplicationContextRunner runner =
       new ApplicationContextRunner()
-          .withConfiguration(AutoConfigurations.of(XinserveClientAutoConfiguration.class))
+          .withConfiguration(
+              AutoConfigurations.of(
+                  XinserveClientAutoConfiguration.class, XinserveHealthAutoConfiguration.class))
           .withBean(XinserveClientCustomizer.class, () -> inProcess);
 
   @BeforeEach
@@ -363,6 +365,10 @@ class XinserveClientAutoConfigurationTest {
         .hasMessageContaining("xinserve-spring-boot4-starter");
     // the running Boot is 3.x: the auto-configuration starts
     assertThat(org.springframework.boot.SpringBootVersion.getVersion()).startsWith("3.");
+    // the jar says what it was built for, and that is what runs here
+    assertThat(BootGeneration.builtFor().getProperty("artifact")).isEqualTo("xinserve-spring-boot-starter");
+    assertThat(BootGeneration.builtFor().getProperty("spring-boot.version")).startsWith("3.");
+    BootGeneration.requireBuiltGeneration();
   }
 
   @Test

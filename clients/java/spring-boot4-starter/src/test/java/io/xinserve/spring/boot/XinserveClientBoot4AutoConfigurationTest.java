@@ -49,7 +49,9 @@ class XinserveClientBoot4AutoConfigurationTest {
 
   private final ApplicationContextRunner runner =
       new ApplicationContextRunner()
-          .withConfiguration(AutoConfigurations.of(XinserveClientBoot4AutoConfiguration.class))
+          .withConfiguration(
+              AutoConfigurations.of(
+                  XinserveClientAutoConfiguration.class, XinserveHealthAutoConfiguration.class))
           .withBean(XinserveClientCustomizer.class, () -> inProcess);
 
   @BeforeEach
@@ -171,9 +173,19 @@ class XinserveClientBoot4AutoConfigurationTest {
   }
 
   @Test
-  void theBoot3StartersCheckRefusesThisBoot4Runtime() {
-    // the Boot 3 starter's auto-configuration runs this check in its constructor
-    assertThatThrownBy(BootGeneration::requireBoot3)
+  void builtForBoot4AndTheBoot3BuildRefusesThisRuntime() {
+    // this jar was built for Boot 4 and runs on it
+    assertThat(BootGeneration.builtFor().getProperty("artifact")).isEqualTo("xinserve-spring-boot4-starter");
+    assertThat(BootGeneration.builtFor().getProperty("spring-boot.version")).startsWith("4.");
+    BootGeneration.requireBuiltGeneration();
+    // the Boot 3 starter's jar (the same shared auto-configuration, built for 3) refuses it
+    assertThatThrownBy(
+            () ->
+                BootGeneration.require(
+                    SpringBootVersion.getVersion(),
+                    3,
+                    "xinserve-spring-boot-starter",
+                    "xinserve-spring-boot4-starter"))
         .isInstanceOf(IllegalStateException.class)
         .hasMessageContaining("Spring Boot " + SpringBootVersion.getVersion())
         .hasMessageContaining("xinserve-spring-boot4-starter");

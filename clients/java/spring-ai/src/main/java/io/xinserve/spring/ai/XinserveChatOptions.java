@@ -11,6 +11,12 @@ import org.springframework.ai.model.tool.StructuredOutputChatOptions;
  * max_tokens}, {@code stop}, {@code presence_penalty}, {@code frequency_penalty}, {@code
  * repetition_penalty}, {@code seed}, {@code ignore_eos}; Spring AI's native structured output ({@link
  * #getOutputSchema()}) becomes {@code json_schema}. {@code null} leaves the model's default.
+ *
+ * <p>One source for both Spring AI generations: {@code xinserve-spring-ai} compiles it against
+ * Spring AI 1.1 ({@link #copy()} implements {@code ChatOptions.copy()}), {@code
+ * xinserve-spring-ai-boot4} against Spring AI 2.0 ({@link #mutate()} implements {@code
+ * ChatOptions.mutate()}, and {@link Builder} is a {@code StructuredOutputChatOptions.Builder}
+ * through {@code ChatOptionsBuilderContract}, the one type each module defines for itself).
  */
 public class XinserveChatOptions implements StructuredOutputChatOptions {
   private String model;
@@ -204,16 +210,38 @@ public class XinserveChatOptions implements StructuredOutputChatOptions {
   }
 
   /** @param outputSchema a JSON Schema as JSON text */
-  @Override
   public void setOutputSchema(String outputSchema) {
     this.outputSchema = outputSchema;
   }
 
-  @Override
+  /** @return an independent copy of these options (Spring AI 1.1's {@code ChatOptions.copy()}) */
   @SuppressWarnings("unchecked")
   public XinserveChatOptions copy() {
-    XinserveChatOptions o = from(this);
-    return o;
+    return from(this);
+  }
+
+  /**
+   * @return a builder starting from these options (Spring AI 2.0's {@code ChatOptions.mutate()})
+   */
+  public Builder mutate() {
+    Builder b = new Builder();
+    b.o.copyFrom(this);
+    return b;
+  }
+
+  private void copyFrom(XinserveChatOptions x) {
+    model = x.model;
+    temperature = x.temperature;
+    topP = x.topP;
+    topK = x.topK;
+    maxTokens = x.maxTokens;
+    stopSequences = x.stopSequences;
+    presencePenalty = x.presencePenalty;
+    frequencyPenalty = x.frequencyPenalty;
+    repetitionPenalty = x.repetitionPenalty;
+    seed = x.seed;
+    ignoreEos = x.ignoreEos;
+    outputSchema = x.outputSchema;
   }
 
   @Override
@@ -240,11 +268,32 @@ public class XinserveChatOptions implements StructuredOutputChatOptions {
     return Objects.hash(model, temperature, topP, topK, maxTokens, stopSequences, seed, outputSchema);
   }
 
-  /** Builds {@link XinserveChatOptions}. */
-  public static final class Builder {
-    private final XinserveChatOptions o = new XinserveChatOptions();
+  /**
+   * Builds {@link XinserveChatOptions}; on Spring AI 2.0 a {@code
+   * StructuredOutputChatOptions.Builder} (with {@code combineWith} from {@code
+   * ChatOptionsBuilderContract}).
+   */
+  public static final class Builder implements ChatOptionsBuilderContract {
+    private XinserveChatOptions o = new XinserveChatOptions();
 
     private Builder() {}
+
+    /** @return an independent builder with the same fields */
+    @Override
+    public Builder clone() {
+      Builder b = new Builder();
+      b.o = o.copy();
+      return b;
+    }
+
+    /**
+     * @param overrides options whose non-{@code null} fields win over this builder's
+     * @return this builder
+     */
+    Builder mergeFrom(ChatOptions overrides) {
+      o = o.merge(overrides);
+      return this;
+    }
 
     /** @param v the model @return this builder */
     public Builder model(String v) {

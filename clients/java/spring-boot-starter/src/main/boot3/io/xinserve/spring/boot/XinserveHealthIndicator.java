@@ -6,9 +6,8 @@ import org.springframework.boot.actuate.health.Health;
 import org.springframework.boot.actuate.health.HealthIndicator;
 
 /**
- * Actuator (Spring Boot 3) health of one xinserve server as this client sees it; see {@link
- * XinserveHealthCheck} for what is checked and how it maps to UP, DOWN, OUT_OF_SERVICE and
- * UNKNOWN.
+ * Actuator (Spring Boot 3) health of one xinserve server as this client sees it; see {@link XinserveHealthCheck} for what is checked and how it maps to UP, DOWN,
+ * OUT_OF_SERVICE and UNKNOWN (Spring Boot's status codes).
  */
 public class XinserveHealthIndicator implements HealthIndicator {
   private final XinserveHealthCheck check;
@@ -19,19 +18,17 @@ public class XinserveHealthIndicator implements HealthIndicator {
    * @param timeout the deadline of each of the two calls
    */
   public XinserveHealthIndicator(XinserveClient client, String service, Duration timeout) {
-    this.check = new XinserveHealthCheck(client, service, timeout);
+    this(new XinserveHealthCheck(client, service, timeout));
+  }
+
+  /** @param check the check to report */
+  public XinserveHealthIndicator(XinserveHealthCheck check) {
+    this.check = check;
   }
 
   @Override
   public Health health() {
     XinserveHealthCheck.Result r = check.check();
-    Health.Builder b =
-        switch (r.outcome()) {
-          case UP -> Health.up();
-          case DOWN -> Health.down();
-          case OUT_OF_SERVICE -> Health.outOfService();
-          case UNKNOWN -> Health.unknown();
-        };
-    return b.withDetails(r.details()).build();
+    return Health.status(r.outcome().name()).withDetails(r.details()).build();
   }
 }
