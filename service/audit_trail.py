@@ -59,6 +59,25 @@ def audit_unavailable() -> RpcError:
     )
 
 
+def _call_record(info: CallInfo, event: EventType, **fields: Any) -> AuditRecord:
+    """A call's record: who (principal, auth method, client certificate, peer), what (method,
+    model and its manifest digest) and which call (request and trace ids), plus ``fields``."""
+    return AuditRecord(
+        event=event,
+        principal=info.principal.name or None,
+        auth_method=info.principal.auth_method,
+        cert_fingerprint=info.principal.cert_fingerprint,
+        cert_subject=info.principal.cert_subject,
+        peer=info.peer or None,
+        method=info.method,
+        model=info.model,
+        manifest_digest=info.manifest_digest,
+        request_id=info.request_id,
+        trace_id=info.trace_id,
+        **fields,
+    )
+
+
 class AuditTrail:
     """Appends RPC and system-event records to an open ``AuditLog``."""
 
@@ -85,19 +104,10 @@ class AuditTrail:
         output = info.output_text()
         if info.prompt is not None or output is not None:
             fields = await asyncio.to_thread(self._capture.fields, info.prompt, output)
-        record = AuditRecord(
-            event=event_of(info.method),
+        record = _call_record(
+            info,
+            event_of(info.method),
             outcome=code.name,
-            principal=info.principal.name or None,
-            auth_method=info.principal.auth_method,
-            cert_fingerprint=info.principal.cert_fingerprint,
-            cert_subject=info.principal.cert_subject,
-            peer=info.peer or None,
-            method=info.method,
-            model=info.model,
-            manifest_digest=info.manifest_digest,
-            request_id=info.request_id,
-            trace_id=info.trace_id,
             prompt_tokens=info.prompt_tokens or None,
             output_tokens=info.completion_tokens or None,
             latency_us=int((time.monotonic() - info.started) * 1_000_000),
@@ -119,21 +129,7 @@ class AuditTrail:
         call's ``rpc`` record is written, the begin record (same ``request_id``) still shows who
         started what. Raises ``RpcError`` UNAVAILABLE like :meth:`record_call`.
         """
-        await self._append(
-            AuditRecord(
-                event=EventType.RPC_BEGIN,
-                principal=info.principal.name or None,
-                auth_method=info.principal.auth_method,
-                cert_fingerprint=info.principal.cert_fingerprint,
-                cert_subject=info.principal.cert_subject,
-                peer=info.peer or None,
-                method=info.method,
-                model=info.model,
-                manifest_digest=info.manifest_digest,
-                request_id=info.request_id,
-                trace_id=info.trace_id,
-            )
-        )
+        await self._append(_call_record(info, EventType.RPC_BEGIN))
 
     async def event(self, event: EventType, outcome: str = "OK", **detail: Any) -> None:
         """Append a system event (start, stop, model_verified ...). Never raises: logs instead."""
