@@ -3,7 +3,9 @@
 Formats: Intel TDX quote v4/v5 (Intel DCAP "Quote Library" ABI: 48-byte header, TD report body),
 AMD SEV-SNP attestation report (SEV-SNP ABI spec, ``ATTESTATION_REPORT``, 0x4A0 bytes), Hygon CSV
 evidence JSON (Trustee ``deps/verifier``, with its PEK/CEK certificates decoded by
-:mod:`trust.tee.csv_certificate`), and the ``sample``/recorded JSON of
+:mod:`trust.tee.csv_certificate`), the Arm CCA attestation token (RMM specification ``RMM
+v1.0``, §A7.2: a CMW collection, CBOR tag 399, of the platform and realm tokens, each a COSE_Sign1,
+RFC 9052; decoded with cbor2), and the ``sample``/recorded JSON of
 :mod:`trust.tee.recorded`. Every parser raises :class:`EvidenceParseError` (with the offset where it
 stopped) on hostile input and nothing else; the verification of signatures and certificate chains is
 the verifier's job (a KBS, or the client's verifier).
@@ -15,13 +17,16 @@ import base64
 import binascii
 import json
 import struct
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+
+import cbor2
 
 from trust.tee import csv_certificate, csv_guest
 from trust.tee.csv_certificate import CsvCertificate
 from trust.tee.errors import EvidenceParseError
-from trust.tee.evidence import REPORT_DATA_SIZE, TEE_CSV, TEE_SAMPLE, TEE_SNP, TEE_TDX
+from trust.tee.evidence import REPORT_DATA_SIZE, TEE_CCA, TEE_CSV, TEE_SAMPLE, TEE_SNP, TEE_TDX
 
 MAX_EVIDENCE = 1 << 20
 
@@ -32,6 +37,14 @@ TDX_REPORT_DATA_OFFSET = 520  # within the TD report body
 SNP_REPORT_SIZE = 0x4A0
 SNP_REPORT_DATA = slice(0x50, 0x90)
 SNP_MEASUREMENT = slice(0x90, 0xC0)
+CCA_COLLECTION_TAG = 399
+CCA_PLATFORM_TOKEN = 44234
+CCA_REALM_TOKEN = 44241
+COSE_SIGN1_TAG = 18
+EAT_CHALLENGE = 10
+CCA_REALM_RIM = 44238
+CCA_REALM_HASH_ALGORITHM = 44240
+CCA_PLATFORM_PROFILE = 265
 
 
 @dataclass(frozen=True)
@@ -186,10 +199,69 @@ def parse_sample_evidence(evidence: bytes) -> ParsedEvidence:
     return ParsedEvidence(TEE_SAMPLE, 1, data, "", recorded=doc.get("recorded") is True)
 
 
+def _cbor(data: bytes, what: str) -> Any:
+    try:
+        return cbor2.loads(data)
+    except (cbor2.CBORError, ValueError, TypeError, LookupError, OverflowError, RecursionError, MemoryError, EOFError):
+        # semantic tags (dates, bignums, sets, ...) may raise more than cbor2's own errors
+        raise EvidenceParseError(f"{what} is not well-formed CBOR", 0) from None
+
+
+def _cose_sign1_payload(token: Any, what: str) -> Mapping[Any, Any]:
+    """The claims map inside a COSE_Sign1 (RFC 9052 §4.2: tag 18 or untagged
+    ``[protected bstr, unprotected map, payload bstr, signature bstr]``). Nothing is verified."""
+    if not isinstance(token, bytes):
+        raise EvidenceParseError(f"{what} must be a CBOR byte string")
+    sign1 = _cbor(token, what)
+    if isinstance(sign1, cbor2.CBORTag):
+        if sign1.tag != COSE_SIGN1_TAG:
+            raise EvidenceParseError(f"{what} has CBOR tag {sign1.tag}, not COSE_Sign1 (18)")
+        sign1 = sign1.value
+    if not isinstance(sign1, list | tuple) or len(sign1) != 4:
+        raise EvidenceParseError(f"{what} is not a COSE_Sign1 array of 4")
+    protected, unprotected, payload, signature = sign1
+    if not isinstance(protected, bytes) or not isinstance(unprotected, Mapping) or not isinstance(signature, bytes):
+        raise EvidenceParseError(f"{what} COSE_Sign1 headers or signature have the wrong types")
+    if not isinstance(payload, bytes):
+        raise EvidenceParseError(f"{what} has no attached payload")
+    claims = _cbor(payload, f"{what} payload")
+    if not isinstance(claims, Mapping):
+        raise EvidenceParseError(f"{what} payload is not a claims map")
+    return claims
+
+
+def parse_cca_token(token: bytes) -> ParsedEvidence:
+    """Arm CCA attestation token: CBOR tag 399 over ``{44234: platform token, 44241: realm
+    token}``. Reads the realm token's challenge (claim 10, the 64 report-data bytes) and its
+    initial measurement (RIM, claim 44238); checks that the platform token is a COSE_Sign1 with a
+    claims map. Signatures and the platform/realm binding are the verifier's."""
+    top = _cbor(_bytes(token), "CCA token")
+    if not isinstance(top, cbor2.CBORTag) or top.tag != CCA_COLLECTION_TAG:
+        raise EvidenceParseError(f"a CCA token is CBOR tag {CCA_COLLECTION_TAG} (CMW collection)", 0)
+    collection = top.value
+    if not isinstance(collection, Mapping):
+        raise EvidenceParseError("the CCA token collection is not a map")
+    for key, name in ((CCA_PLATFORM_TOKEN, "platform"), (CCA_REALM_TOKEN, "realm")):
+        if key not in collection:
+            raise EvidenceParseError(f"the CCA token has no {name} token ({key})")
+    platform = _cose_sign1_payload(collection[CCA_PLATFORM_TOKEN], "CCA platform token")
+    realm = _cose_sign1_payload(collection[CCA_REALM_TOKEN], "CCA realm token")
+    if not isinstance(platform.get(CCA_PLATFORM_PROFILE), str):
+        raise EvidenceParseError("CCA platform token has no profile claim (265)")
+    challenge = realm.get(EAT_CHALLENGE)
+    if not isinstance(challenge, bytes) or len(challenge) != REPORT_DATA_SIZE:
+        raise EvidenceParseError(f"CCA realm challenge (claim 10) must be {REPORT_DATA_SIZE} bytes")
+    rim = realm.get(CCA_REALM_RIM)
+    if not isinstance(rim, bytes) or not 32 <= len(rim) <= 64:
+        raise EvidenceParseError("CCA realm initial measurement (claim 44238) must be 32 to 64 bytes")
+    return ParsedEvidence(TEE_CCA, 1, challenge, rim.hex())
+
+
 PARSERS = {
     TEE_TDX: parse_tdx_quote,
     TEE_SNP: parse_snp_report,
     TEE_CSV: parse_csv_evidence,
+    TEE_CCA: parse_cca_token,
     TEE_SAMPLE: parse_sample_evidence,
 }
 
