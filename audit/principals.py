@@ -23,8 +23,9 @@ in canonical form in the order typed and in reverse (the certificate's order, as
 ``openssl x509 -subject`` prints it by default). Reading a name, attribute types are
 case-insensitive and may be RFC 4514 short names, common long names (``commonName``,
 ``emailAddress``...) or dotted OIDs; unescaped spaces around ``,``, ``+`` and the ``=`` after
-a type are ignored; values are compared exactly (case, inner spaces and escapes decoded);
-no other RDN order matches.
+a type are ignored; a value may be quoted (``OU = "a, b"``, RFC 2253 section 4, as OpenSSL's
+default ``-nameopt oneline`` prints it); values are compared exactly (case, inner spaces and
+escapes decoded); no other RDN order matches.
 """
 
 from __future__ import annotations
@@ -68,6 +69,9 @@ _TYPE_NAMES: dict[str, ObjectIdentifier] = {
     for alias in aliases
 }
 """Attribute type names an auditor may type (case-insensitive) → OID."""
+
+_SPECIAL = frozenset(' "#+,;<=>\\')
+"""Characters RFC 4514 lets a value escape with a backslash."""
 
 _DOTTED_OID = re.compile(r"(0|[1-9][0-9]*)(\.(0|[1-9][0-9]*))+")
 
@@ -147,11 +151,50 @@ def _split(text: str) -> list[list[tuple[str, str]]] | None:
             in_value = False
             if ch == ",":
                 rdns.append([])
+        elif ch == '"' and all(u == (" ", False) for u in units):
+            end = _closing_quote(text, i)
+            if end is None:
+                return None
+            units[:] = _quoted_units(text[i:end])
+            i = end + 1
+            while i < len(text) and text[i] == " ":
+                i += 1
+            if i < len(text) and text[i] not in ",+":
+                return None
         else:
             units.append((ch, False))
     if not in_value or not finish():
         return None
     return rdns
+
+
+def _closing_quote(text: str, start: int) -> int | None:
+    """Index of the unescaped ``"`` that closes a quoted value starting at ``start``."""
+    j = start
+    while j < len(text):
+        if text[j] == "\\":
+            j += 2
+        elif text[j] == '"':
+            return j
+        else:
+            j += 1
+    return None
+
+
+def _quoted_units(content: str) -> list[tuple[str, bool]]:
+    """A quoted value (RFC 2253 section 4, as OpenSSL prints ``OU = "a, b"``) as RFC 4514
+    units: its special characters and spaces escaped, its escapes kept."""
+    units: list[tuple[str, bool]] = []
+    j = 0
+    while j < len(content):
+        if content[j] == "\\":
+            units.append((content[j : j + 2], True))
+            j += 2
+            continue
+        ch = content[j]
+        units.append(("\\" + ch, True) if ch in _SPECIAL else (ch, False))
+        j += 1
+    return units
 
 
 def parse_name(text: str) -> x509.Name | None:

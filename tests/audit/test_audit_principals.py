@@ -8,6 +8,8 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import shutil
+import subprocess
 import unicodedata
 from pathlib import Path
 
@@ -219,3 +221,24 @@ async def test_export_cli_with_the_readme_example(sqlite_backend: Backend, key, 
     exported = (tmp_path / "bidi.jsonl").read_text(encoding="utf-8")
     assert [json.loads(x)["principal"] for x in exported.splitlines()] == ["CN=teller-9,O=Bank\\E2\\80\\AEknaB"]
     assert "\u202e" not in exported
+
+
+@pytest.mark.parametrize("nameopt", ["RFC2253", "RFC2253,-esc_msb", "oneline", None])
+def test_what_openssl_prints_finds_the_certificate(tmp_path: Path, nameopt: str | None) -> None:
+    """An auditor copies the subject from ``openssl x509 -subject`` (any -nameopt, incl. the
+    default with its spaces, hex-escaped UTF-8 and quoted values) into --principal."""
+    openssl = shutil.which("openssl")
+    if openssl is None:
+        pytest.skip("the openssl command is not installed")
+    key, cert = tmp_path / "k.pem", tmp_path / "c.pem"
+    make = [openssl, "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-utf8"]
+    subj = "/C=CN/O=中国银行/OU=a, b/CN=teller-7"
+    subprocess.run(
+        [*make, "-keyout", str(key), "-out", str(cert), "-days", "1", "-subj", subj], check=True, capture_output=True
+    )
+    stored = render_name(x509.load_pem_x509_certificate(cert.read_bytes()).subject)
+    assert stored == "CN=teller-7,OU=a\\, b,O=中国银行,C=CN"
+    show = [openssl, "x509", "-in", str(cert), "-noout", "-subject", *(["-nameopt", nameopt] if nameopt else [])]
+    printed = subprocess.run(show, check=True, capture_output=True, text=True).stdout.strip()
+    assert printed.startswith("subject=")
+    assert stored in principal_candidates(printed.removeprefix("subject=").strip())
