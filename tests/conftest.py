@@ -15,6 +15,7 @@ import sys
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import grpc.aio
 import pytest
@@ -91,14 +92,26 @@ async def live_server(tmp_path_factory) -> AsyncIterator[LiveServer]:
     server = await Server.create(settings)
     if not await server.load_models():
         pytest.fail(
-            "the built-in models did not load: "
-            + repr({n: e.state_reason for n, e in server.runtime.models.items()})
+            "the built-in models did not load: " + repr({n: e.state_reason for n, e in server.runtime.models.items()})
         )
     port = next(iter(server.frontend.ports.values()))
     try:
         yield LiveServer(f"127.0.0.1:{port}", server, data_dir)
     finally:
         await server.drain_and_stop()
+
+
+@pytest_asyncio.fixture(loop_scope="session")
+async def api(live_server: LiveServer) -> AsyncIterator[Any]:
+    """grpc.aio stubs (tests.server.stubs) on the live server's plaintext listener; the
+    channel is closed after the test."""
+    from tests.server.stubs import stubs
+
+    s = stubs(grpc.aio.insecure_channel(live_server.target))
+    try:
+        yield s
+    finally:
+        await s.close()
 
 
 @pytest.hookimpl(trylast=True)

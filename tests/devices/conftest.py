@@ -1,11 +1,7 @@
 import os
 from pathlib import Path
 
-import grpc
 import pytest
-import pytest_asyncio
-
-from tests.server.stubs import stubs
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "devices"
 
@@ -32,13 +28,3 @@ def fake_tools(tmp_path, monkeypatch):
 
     install.printing = printing  # type: ignore[attr-defined]
     return install
-
-
-@pytest_asyncio.fixture(loop_scope="session")
-async def api(live_server):
-    channel = grpc.aio.insecure_channel(live_server.target)
-    s = stubs(channel)
-    try:
-        yield s
-    finally:
-        await s.close()

@@ -6,7 +6,6 @@ from __future__ import annotations
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
 
-import grpc
 import pytest_asyncio
 
 from service.app import authenticator_for
@@ -16,18 +15,6 @@ from service.http_frontend import HttpFrontend
 from service.inference import Inference
 from service.policy import AccessPolicy
 from service.runtime import ModelState, Runtime
-from tests.server.stubs import stubs
-
-
-@pytest_asyncio.fixture(loop_scope="session")
-async def api(live_server):
-    """grpc.aio stubs on the live server's gRPC listener (the same core as ``http_server``)."""
-    channel = grpc.aio.insecure_channel(live_server.target)
-    s = stubs(channel)
-    try:
-        yield s
-    finally:
-        await s.close()
 
 
 @dataclass
