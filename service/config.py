@@ -12,12 +12,18 @@ from __future__ import annotations
 import ipaddress
 import os
 import re
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
-from pydantic_settings import BaseSettings, EnvSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    YamlConfigSettingsSource,
+)
 
 from audit.config import AuditSettings
 from engine_backends.builtin_models import BUILTIN_NAMES, DEFAULT_BUILTINS
@@ -345,23 +351,43 @@ class Settings(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        # The environment is merged explicitly in load_settings (file < env < CLI).
-        return (init_settings,)
+        """pydantic-settings' sources, highest precedence first: the keyword arguments (the CLI
+        flags, from ``load_settings``), the ``XINSERVE_*`` environment, the ``--config`` YAML
+        file; nested sections are merged key by key across them, lists replaced whole."""
+        return (init_settings, env_settings, _ConfigFileSource(settings_cls, _CONFIG_FILE.get()))
+
+
+_CONFIG_FILE: ContextVar[Path | None] = ContextVar("xinserve_config_file", default=None)
+"""The ``--config`` file of the ``load_settings`` call being built (None: no file)."""
+
+
+class _ConfigFileSource(YamlConfigSettingsSource):
+    """pydantic-settings' YAML file source, strict: a missing or unreadable file, invalid
+    YAML or a top level that is not a mapping is a ``ConfigError`` (the base class skips a
+    missing file and lets the others fail later with a less precise message)."""
+
+    def __init__(self, settings_cls: type[BaseSettings], config_file: Path | None) -> None:
+        if config_file is not None and not config_file.is_file():
+            self._read_file(config_file)  # raises ConfigError naming why it cannot be read
+        super().__init__(settings_cls, yaml_file=config_file, yaml_file_encoding="utf-8")
+
+    def _read_file(self, file_path: Any) -> dict[str, Any]:
+        try:
+            text = file_path.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise ConfigError(f"--config: cannot read {file_path}: {exc.strerror}") from exc
+        try:
+            loaded = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"--config: {file_path} is not valid YAML") from exc
+        if loaded is not None and not isinstance(loaded, dict):
+            raise ConfigError(f"--config: {file_path} must hold a mapping at the top level")
+        return loaded or {}
 
 
 def _default_data_dir() -> Path:
     base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
     return Path(base) / "xinserve"
-
-
-def _merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
-    out = dict(base)
-    for key, value in override.items():
-        if isinstance(value, dict) and isinstance(out.get(key), dict):
-            out[key] = _merge(out[key], value)
-        else:
-            out[key] = value
-    return out
 
 
 def _format(exc: ValidationError) -> str:
@@ -373,8 +399,10 @@ def _format(exc: ValidationError) -> str:
     return "invalid configuration:\n  " + "\n  ".join(lines)
 
 
-def _with_audit_defaults(settings: Settings, given: dict[str, Any]) -> Settings:
-    """Place the audit database and the server key under data_dir unless configured."""
+def _with_audit_defaults(settings: Settings) -> Settings:
+    """Place the audit database and the server key under data_dir unless configured (by any
+    source, null included)."""
+    given = settings.audit.model_fields_set
     updates: dict[str, Any] = {}
     if "path" not in given:
         updates["path"] = settings.data_dir / "audit" / "audit.db"
@@ -386,32 +414,19 @@ def _with_audit_defaults(settings: Settings, given: dict[str, Any]) -> Settings:
     return settings.model_copy(update={"audit": audit})
 
 
-def _env_values() -> dict[str, Any]:
-    """The ``XINSERVE_*`` environment as a nested dict (pydantic-settings' own parser)."""
-    return dict(EnvSettingsSource(Settings, env_prefix="XINSERVE_", env_nested_delimiter="__")())
-
-
 def load_settings(config_file: Path | None = None, overrides: dict[str, Any] | None = None) -> Settings:
-    """Build the settings: defaults < YAML file < ``XINSERVE_*`` environment < ``overrides`` (CLI).
+    """Build the settings: defaults < YAML file < ``XINSERVE_*`` environment < ``overrides`` (CLI),
+    through pydantic-settings' sources (``Settings.settings_customise_sources``).
 
     Raises:
         ConfigError: unreadable file or any invalid option (all named in the message).
     """
-    file_values: dict[str, Any] = {}
-    if config_file is not None:
-        try:
-            loaded = yaml.safe_load(config_file.read_text(encoding="utf-8"))
-        except OSError as exc:
-            raise ConfigError(f"--config: cannot read {config_file}: {exc.strerror}") from exc
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"--config: {config_file} is not valid YAML") from exc
-        if loaded is not None and not isinstance(loaded, dict):
-            raise ConfigError(f"--config: {config_file} must hold a mapping at the top level")
-        file_values = loaded or {}
+    token = _CONFIG_FILE.set(config_file)
     try:
-        merged = _merge(_merge(file_values, _env_values()), overrides or {})
-        return _with_audit_defaults(Settings(**merged), merged.get("audit") or {})
+        return _with_audit_defaults(Settings(**(overrides or {})))
     except ValidationError as exc:
         raise ConfigError(_format(exc)) from exc
     except ValueError as exc:  # malformed environment value (e.g. bad JSON in a list variable)
         raise ConfigError(f"invalid configuration: {exc}") from exc
+    finally:
+        _CONFIG_FILE.reset(token)
