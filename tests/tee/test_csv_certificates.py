@@ -157,3 +157,13 @@ def test_fuzz_certificate_bytes(data: bytes) -> None:
         assert exc.detail and exc.offset >= 0
     else:
         assert len(cert.public_key_x) == 32 and len(cert.signatures) == 2 and len(cert.user_id) <= 254
+
+
+def test_without_cert_chain_an_undecodable_signer_is_not_reported() -> None:
+    doc = {k: v for k, v in DOC.items() if k != "cert_chain"}
+    page = bytearray(PAGE)
+    uid_size_at = csv_guest.SIGNER_OFFSET + 20 + 2 * 72  # after ver, firmware, reserved1, usage, algo, curve, x, y
+    page[uid_size_at : uid_size_at + 2] = (300).to_bytes(2, "little")
+    doc["attestation_report"] = {**DOC["attestation_report"], "data": list(page)}
+    parsed = parse_csv_evidence(_evidence(doc))
+    assert parsed.certificates == () and parsed.report_data == bytes(64)

@@ -135,11 +135,15 @@ def _json_object(data: bytes) -> dict[str, Any]:
 def _csv_certificates(doc: dict[str, Any], page: bytes) -> tuple[CsvCertificate, ...]:
     """Trustee's ``cert_chain {pek, hsk_cek: {hsk, cek} | null}``, PEK and CEK decoded (the HSK is
     Hygon's CA format, the verifier's to check). Without ``cert_chain`` (xinserve's own CSV
-    provider), the PEK the report's signer carries, if its key usage says PEK."""
+    provider), the PEK the report's signer carries, if it decodes and its key usage says PEK
+    (nothing otherwise: the chain is optional in the evidence)."""
     chain = doc.get("cert_chain")
     if chain is None:
         start = csv_guest.SIGNER_OFFSET
-        embedded = csv_certificate.decode(page[start : start + csv_guest.PEK_CERT_SIZE], "the report's PEK")
+        try:
+            embedded = csv_certificate.decode(page[start : start + csv_guest.PEK_CERT_SIZE], "the report's PEK")
+        except EvidenceParseError:
+            return ()
         return (embedded,) if embedded.role == "PEK" else ()
     if not isinstance(chain, dict):
         raise EvidenceParseError("cert_chain must be an object")
