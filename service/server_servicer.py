@@ -12,7 +12,16 @@ from service.status import not_found
 from xinserve.v1 import server_pb2, server_pb2_grpc
 
 # Revision of the xinserve.v1 contract implemented here; bump on every additive change.
-SCHEMA_REVISION = 1
+SCHEMA_REVISION = 2
+# The contract at each revision: SHA-256 of protoc's FileDescriptorSet of proto/xinserve/v1
+# (files in byte order of their paths, no source info, so comments do not count). A change
+# to proto/ fails tests/server/test_schema_revision.py until the revision is bumped and the
+# new digest recorded under it. Revision 2: Device fields and DeviceHealth, attestation and
+# audit services, ChatRequest.allow_special_tokens, model/LoRA status fields.
+SCHEMA_DESCRIPTOR_SHA256 = {
+    1: "1fed430721a022c611bf60fcec6396dccdc3f9c02e95debda70fb780ee008fe1",
+    2: "0ffe0ab2ac81405b8a31a0987423c96674b39f1efd9aa620a2c8b7ba69a5a9b0",
+}
 # Oldest client revision still served correctly.
 MIN_CLIENT_REVISION = 1
 # How long GetServerInfo waits for the device inventory's first reading after start (the
