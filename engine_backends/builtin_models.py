@@ -217,6 +217,18 @@ _BUILDERS: dict[str, tuple[str, Callable[[Path], Path], dict[str, Any]]] = {
 }
 
 
+def builtin_serving_options(name: str) -> tuple[str, dict[str, Any]]:
+    """(kind, vLLM ``EngineArgs`` it is served with) of a built-in model, without building it.
+
+    Raises:
+        ValueError: ``name`` is not a built-in model.
+    """
+    if name not in _BUILDERS:
+        raise ValueError(f"not a built-in model: {name}; choose from {', '.join(BUILTIN_NAMES)}")
+    kind, _, options = _BUILDERS[name]
+    return kind, dict(options)
+
+
 def builtin_models(data_dir: Path, names: Sequence[str] = DEFAULT_BUILTINS) -> list[BuiltinModel]:
     """Materialise and list the named built-in models under ``data_dir`` (only those).
 

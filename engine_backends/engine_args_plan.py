@@ -2,8 +2,10 @@
 
 Layers, later wins: the device profile's recommendations (``platforms.PROFILES``), the
 large-model rule below, a model's own options (built-in models set ``max_model_len`` and
-batch limits), then the configuration (``engine.*`` in the config file, ``XINSERVE_ENGINE__*``,
-flags). ``xinserve serve --print-engine-args`` prints this plan.
+batch limits), the configuration (``engine.*`` in the config file, ``XINSERVE_ENGINE__*``,
+flags), then a configured model's own ``models[].engine`` section. The server starts each
+model with ``engine_options(plan_engine_args(...))`` and ``xinserve serve
+--print-engine-args`` prints the same plan.
 
 Large-model rule (the seed articles' and vLLM's tuning guide): above ~30 B parameters, chunked
 prefill with a 512-token batch budget keeps decode latency steady while long prompts prefill.
@@ -47,8 +49,16 @@ def plan_engine_args(
     configured: Mapping[str, Any],
     model_options: Mapping[str, Any] | None = None,
     model_dir: Path | None = None,
+    model_configured: Mapping[str, Any] | None = None,
 ) -> list[PlannedArg]:
     """The merged engine arguments, sorted by name, each with its source and reason.
+
+    Args:
+        profile: the device's profile (its recommended arguments and quantization kernels).
+        configured: ``engine.*`` arguments that are set (``EngineArgsSettings.engine_args()``).
+        model_options: the model's own serving options (a built-in model's limits).
+        model_dir: the model's directory, for the large-model rule (None: rule not applied).
+        model_configured: the model's ``models[].engine`` arguments that are set.
 
     Raises:
         PlatformError: the configured ``quantization`` has no kernel on this device.
@@ -67,6 +77,15 @@ def plan_engine_args(
         plan[name] = PlannedArg(name, value, "model", "the model's own serving options")
     for name, value in configured.items():
         plan[name] = PlannedArg(name, value, "configuration", "set in the configuration (overrides the above)")
+    for name, value in (model_configured or {}).items():
+        plan[name] = PlannedArg(
+            name, value, "model configuration", "set for this model (models[].engine, overrides engine.*)"
+        )
     quantization = plan.get("quantization")
     check_quantization(profile, quantization.value if quantization else None)
     return [plan[name] for name in sorted(plan)]
+
+
+def engine_options(plan: list[PlannedArg]) -> dict[str, Any]:
+    """The plan as ``AsyncEngineArgs`` keyword arguments (name -> value)."""
+    return {arg.name: arg.value for arg in plan}

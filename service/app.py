@@ -25,6 +25,7 @@ from prometheus_client import start_http_server
 from audit import AuditError, AuditLog, ContentCapture, EventType
 from audit.log import load_signer
 from engine_backends.builtin_models import builtin_models
+from engine_backends.engine_args_plan import engine_options, plan_engine_args
 from engine_backends.platforms import PlatformProfile, resolve_device
 from engine_backends.vllm_compat import engine_version
 from engine_backends.vllm_engine import VllmEngine
@@ -128,14 +129,19 @@ async def model_entries(
     The embedded defaults are signed on first run with a local demo key that only the demo
     trust store trusts (trust.demo), so the verification path runs by default.
 
+    Each model's engine arguments are ``engine_args_plan.plan_engine_args``'s (what
+    ``xinserve serve --print-engine-args`` prints).
+
     Raises:
         TrustStoreError: the configured trust store is malformed.
+        PlatformError: a configured quantization has no kernel on the device.
     """
     engine_args = settings.engine.engine_args()
     entries: list[ModelEntry] = []
     if settings.models:
         for m in settings.models:
-            engine = VllmEngine(m.name, m.kind, m.path, profile, {**engine_args, **m.engine.engine_args()})
+            plan = plan_engine_args(profile, engine_args, None, m.path, m.engine.engine_args())
+            engine = VllmEngine(m.name, m.kind, m.path, profile, engine_options(plan))
             adapters = {n: AdapterEntry(n, p) for n, p in m.lora.items()}
             entries.append(ModelEntry(m.name, m.kind, m.path, engine, adapters=adapters))
         store_dir = settings.trust.trust_store_dir
@@ -157,8 +163,8 @@ async def model_entries(
         for name in signed:
             await audit.event(EventType.KEY_USED, model=name, purpose="demo signing of a built-in model")
     for builtin in builtins:
-        options = {**builtin.engine_options, **engine_args}
-        engine = VllmEngine(builtin.name, builtin.kind, builtin.path, profile, options)
+        plan = plan_engine_args(profile, engine_args, builtin.engine_options, builtin.path)
+        engine = VllmEngine(builtin.name, builtin.kind, builtin.path, profile, engine_options(plan))
         entries.append(ModelEntry(builtin.name, builtin.kind, builtin.path, engine))
     return entries, store
 

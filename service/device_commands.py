@@ -7,7 +7,6 @@ import json
 import sys
 from collections.abc import Callable
 from dataclasses import asdict
-from typing import Any
 
 from engine_backends.devices import KINDS, Device, Health, read_inventory
 from engine_backends.devices.inventory import TOOLS
@@ -102,7 +101,8 @@ def _serve_or_print(serve: Callable[[argparse.Namespace], int]) -> Callable[[arg
 
 
 def _print_engine_args(args: argparse.Namespace) -> int:
-    from engine_backends.engine_args_plan import plan_engine_args
+    from engine_backends.builtin_models import builtin_serving_options
+    from engine_backends.engine_args_plan import PlannedArg, plan_engine_args
     from engine_backends.errors import PlatformError
     from engine_backends.platforms import PROFILES, resolve_device
     from service.commands import overrides_from_args
@@ -117,14 +117,21 @@ def _print_engine_args(args: argparse.Namespace) -> int:
     try:
         profile = resolve_device(device) if device == "auto" else PROFILES[device]
         configured = settings.engine.engine_args()
-        models: list[tuple[str, Any]] = [(m.name, m.path) for m in settings.models] or [("(built-in models)", None)]
-        print(f"device: {profile.device}")
-        for name, path in models:
-            print(f"model {name}:")
-            for arg in plan_engine_args(profile, configured, None, path):
-                print(f"  {arg.name} = {arg.value!r}    [{arg.source}] {arg.why}")
+        plans: list[tuple[str, list[PlannedArg]]] = []
+        # The same layers service.app.model_entries starts each model with.
+        for m in settings.models:
+            plan = plan_engine_args(profile, configured, None, m.path, m.engine.engine_args())
+            plans.append((f"model {m.name}", plan))
         if not settings.models:
-            print("  (built-in models add their own max_model_len and batch limits between profile and configuration)")
+            for name in settings.builtin_models:
+                _, options = builtin_serving_options(name)
+                # Built-in models are small (under 1 B parameters): the large-model rule never applies.
+                plans.append((f"built-in model {name}", plan_engine_args(profile, configured, options)))
+        print(f"device: {profile.device}")
+        for title, plan in plans:
+            print(f"{title}:")
+            for arg in plan:
+                print(f"  {arg.name} = {arg.value!r}    [{arg.source}] {arg.why}")
     except PlatformError as exc:
         print(f"xinserve serve: {exc}", file=sys.stderr)
         return 3

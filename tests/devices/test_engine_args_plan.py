@@ -1,4 +1,5 @@
-"""The engine-argument plan: profile < large-model rule < model < configuration, with reasons."""
+"""The engine-argument plan: profile < large-model rule < model < configuration < the model's own
+engine section, with reasons; the server starts each model with it."""
 
 import pytest
 
@@ -7,8 +8,8 @@ from engine_backends.errors import PlatformError
 from engine_backends.platforms import PROFILES
 
 
-def _plan(profile, configured, options=None, model_dir=None):
-    return {a.name: a for a in plan_engine_args(PROFILES[profile], configured, options, model_dir)}
+def _plan(profile, configured, options=None, model_dir=None, model_configured=None):
+    return {a.name: a for a in plan_engine_args(PROFILES[profile], configured, options, model_dir, model_configured)}
 
 
 def test_configuration_overrides_the_profile():
@@ -38,3 +39,34 @@ def test_model_options_sit_between_profile_and_configuration():
 def test_quantization_without_kernel_refused_in_the_plan():
     with pytest.raises(PlatformError, match="quantization 'awq' has no kernel on ascend"):
         _plan("ascend", {"quantization": "awq"})
+
+
+def test_a_models_own_engine_section_overrides_the_configuration():
+    plan = _plan("cpu", {"max_num_seqs": 4}, None, None, {"max_num_seqs": 2})
+    assert (plan["max_num_seqs"].value, plan["max_num_seqs"].source) == (2, "model configuration")
+    assert plan["enforce_eager"].source == "cpu profile"
+
+
+def test_the_server_starts_models_with_the_plan(tmp_path):
+    import asyncio
+
+    from service.app import model_entries
+    from service.config import Settings
+
+    big = tmp_path / "big"
+    big.mkdir()
+    (big / "model-00001.safetensors").open("wb").truncate(70 * 10**9)  # sparse: ~35 B parameters
+    settings = Settings(
+        data_dir=tmp_path / "data",
+        engine={"device": "cpu", "max_num_seqs": 4},
+        models=[{"name": "big", "path": str(big), "engine": {"max_model_len": 1024}}],
+    )
+    entries, _ = asyncio.run(model_entries(settings, PROFILES["cpu"]))
+    options = entries[0].engine._options
+    expected = {
+        a.name: a.value
+        for a in plan_engine_args(PROFILES["cpu"], {"max_num_seqs": 4}, None, big, {"max_model_len": 1024})
+    }
+    assert options == expected
+    assert options["enable_chunked_prefill"] is True and options["max_num_batched_tokens"] == 512
+    assert options["max_model_len"] == 1024 and options["max_num_seqs"] == 4 and options["enforce_eager"] is True
