@@ -1,8 +1,11 @@
 """The Helm chart: lint, render for every chip profile, every object valid against the
-Kubernetes schemas (kubernetes-validate), and what matters asserted: probes on the gRPC health
+Kubernetes schemas (kubernetes-validate) or its CRD's schema (ServiceMonitor, ScaledObject,
+LeaderWorkerSet), and what matters asserted: probes on the gRPC health
 service, grace periods ordered, the chip's device-plugin resource, a config xinserve accepts."""
 
 from __future__ import annotations
+
+import copy
 
 import kubernetes_validate
 import pytest
@@ -10,6 +13,7 @@ import yaml
 
 from service.config import Settings
 from service.metrics import QUEUE_LENGTH
+from tests.deploy import crd_schemas
 from tests.deploy.helm import CHART, KUBE_VERSION, RenderError, by_kind, helm, helm_binary, render
 
 if helm_binary() is None:
@@ -29,14 +33,21 @@ CHIP_RESOURCES = {
     "metax": "metax-tech.com/gpu",
     "xpu": "gpu.intel.com/i915",
 }
-# Custom resources: their controllers' CRDs are not in kubernetes-validate's schemas; their
-# fields are asserted in the tests below instead.
-CUSTOM_KINDS = {"ServiceMonitor", "ScaledObject", "LeaderWorkerSet"}
+# Custom resources: not in kubernetes-validate's schemas; validated against their projects'
+# own CRD schemas (tests/deploy/crds), a LeaderWorkerSet's pod templates as core/v1 Pods.
+CUSTOM_KINDS = set(crd_schemas.FILES)
 
 
 def _validate_all(objects: list[dict]) -> None:
     for obj in objects:
         if obj["kind"] in CUSTOM_KINDS:
+            assert crd_schemas.errors(obj) == [], obj["kind"]
+            for path in crd_schemas.crd(obj["kind"])["pod_templates"]:
+                template = obj
+                for part in path.split("."):
+                    template = template[part]
+                pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": template["spec"]}
+                kubernetes_validate.validate(pod, KUBE_VERSION, strict=True)
             continue
         kubernetes_validate.validate(obj, KUBE_VERSION, strict=True)
 
@@ -237,3 +248,38 @@ def test_grafana_dashboard_shipped_in_the_chart_is_deploys_copy():
     (cm,) = [o for o in by_kind(objects, "ConfigMap") if o["metadata"]["name"].endswith("-dashboard")]
     deploy_copy = (CHART.parents[1] / "grafana/xinserve-dashboard.json").read_text()
     assert cm["data"]["xinserve.json"] == deploy_copy.rstrip("\n")
+
+
+def _custom_objects() -> dict[str, dict]:
+    db = ["audit.backend=postgresql", "audit.postgresql.dsnSecretName=audit-db"]
+    return {
+        "ServiceMonitor": by_kind(render("serviceMonitor.enabled=true"), "ServiceMonitor")[0],
+        "ScaledObject": by_kind(render(*db, "autoscaling.enabled=true", "autoscaling.kind=keda"), "ScaledObject")[0],
+        "LeaderWorkerSet": by_kind(render(*db, "mode=leaderworkerset", "lws.size=2"), "LeaderWorkerSet")[0],
+    }
+
+
+def test_custom_resources_valid_and_their_crd_schemas_catch_mistakes():
+    objects = _custom_objects()
+    for kind, obj in objects.items():
+        assert crd_schemas.errors(obj) == [], kind
+    monitor, scaled, lws = (copy.deepcopy(objects[k]) for k in ("ServiceMonitor", "ScaledObject", "LeaderWorkerSet"))
+    monitor["spec"]["endpoints"][0]["scheme"] = "grpc"  # the CRD allows http/https/HTTP/HTTPS
+    assert any(e.startswith("spec.endpoints.0.scheme:") for e in crd_schemas.errors(monitor))
+    scaled["spec"]["minReplicaCount"] = "one"
+    assert any(e.startswith("spec.minReplicaCount:") for e in crd_schemas.errors(scaled))
+    scaled = copy.deepcopy(objects["ScaledObject"])
+    scaled["spec"]["triggers"][0]["metadatas"] = scaled["spec"]["triggers"][0].pop("metadata")
+    assert any("metadatas" in e for e in crd_schemas.errors(scaled))
+    lws["spec"]["leaderWorkerTemplate"]["size"] = "2"
+    assert any(e.startswith("spec.leaderWorkerTemplate.size:") for e in crd_schemas.errors(lws))
+    lws = copy.deepcopy(objects["LeaderWorkerSet"])
+    lws["apiVersion"] = "leaderworkerset.x-k8s.io/v1alpha1"
+    assert crd_schemas.errors(lws)[0].startswith("apiVersion:")
+
+
+def test_vendored_crds_name_their_source_and_licence():
+    for kind in CUSTOM_KINDS:
+        record = crd_schemas.crd(kind)
+        assert record["kind"] == kind and record["licence"] == "Apache-2.0"
+        assert record["source"].startswith("github.com/") and " v" in record["source"]
