@@ -60,6 +60,10 @@ class AttestationIT {
       assertThat(client.listModels()).extracting(Model::getName).contains(TINY, MINILM);
       assertThat(served).as("the built-in models are signed").hasSize(2);
 
+      assertThat(client.serverInfo().getTee().getTee()).as("GetServerInfo names the TEE").isEqualTo("sample");
+      assertThat(client.serverInfo().getTee().getRecorded()).isTrue();
+      assertThat(client.serverInfo().getTee().getKeysFromKbs()).isFalse();
+
       ChannelAttestation att = ChannelAttestation.attestation(client);
 
       assertThat(att.tee()).isEqualTo("sample");
