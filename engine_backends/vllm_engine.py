@@ -34,7 +34,6 @@ from engine_backends.protocol import (
     ModelInfo,
     ModelKind,
     SamplingOptions,
-    TokenLogprob,
 )
 from engine_backends.special_tokens import SpecialTokenGuard
 
@@ -60,23 +59,6 @@ class _LoadRecorder(vc.StatLoggerBase):
 
     def log_engine_initialized(self) -> None:
         pass
-
-
-def _logprobs(positions: Any) -> list[list[TokenLogprob]] | None:
-    if positions is None:
-        return None
-    result: list[list[TokenLogprob]] = []
-    for position in positions:
-        if position is None:  # the first prompt position has no logprobs
-            result.append([])
-            continue
-        result.append(
-            [
-                TokenLogprob(int(tid), float(lp.logprob), int(lp.rank or 0), lp.decoded_token or "")
-                for tid, lp in position.items()
-            ]
-        )
-    return result
 
 
 class VllmEngine:
@@ -359,6 +341,8 @@ class VllmEngine:
                 async for out in stream:
                     if any(c.finish_reason == "error" for c in out.outputs):
                         raise EngineFailureError("the engine ended a completion with an error")
+                    # Logprobs are converted a slice at a time (vc.logprob_positions), so a
+                    # whole completion's (n x tokens x candidates) never holds the event loop.
                     chunks = [
                         CompletionChunk(
                             index=int(c.index),
@@ -367,14 +351,14 @@ class VllmEngine:
                             finish_reason=vc.finish_reason(c.finish_reason, c.stop_reason),
                             stop_string=c.stop_reason if isinstance(c.stop_reason, str) else None,
                             stop_token_id=c.stop_reason if isinstance(c.stop_reason, int) else None,
-                            logprobs=_logprobs(c.logprobs),
+                            logprobs=await vc.logprob_positions(c.logprobs),
                             cumulative_logprob=c.cumulative_logprob if c.logprobs is not None else None,
                         )
                         for c in out.outputs
                     ]
                     prompt_lp = None
                     if not prompt_logprobs_sent and out.prompt_logprobs is not None:
-                        prompt_lp = _logprobs(out.prompt_logprobs)
+                        prompt_lp = await vc.logprob_positions(out.prompt_logprobs)
                         prompt_logprobs_sent = True
                     yield GenerationUpdate(
                         request_id=rid,

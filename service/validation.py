@@ -140,6 +140,7 @@ def sampling_options(
         value = opt(name)
         if value is not None and not 0 <= value <= info.max_logprobs:
             v.add(p + name, f"must be between 0 and {info.max_logprobs}, got {value}")
+    _check_logprob_budget(sp, info, limits, v)
     if len(sp.logit_bias) > vocab:
         v.add(p + "logit_bias", f"at most {vocab} entries")
     else:
@@ -175,6 +176,58 @@ def sampling_options(
         logit_bias=dict(sp.logit_bias),
         structured_output=structured,
         lora_name=sp.lora_name or None,
+    )
+
+
+def logprob_entries(
+    n: int, logprobs: int | None, prompt_logprobs: int | None, max_tokens: int | None, context: int
+) -> int:
+    """The most log-probability entries a generation request can produce (vLLM returns the
+    sampled or prompt token plus the top ``logprobs``/``prompt_logprobs`` per position):
+    ``n x (logprobs + 1) x max_tokens + (prompt_logprobs + 1) x longest prompt``. The longest
+    prompt is ``context - max_tokens``; an unset ``max_tokens`` counts as ``context`` (the
+    most any request can generate), and the prompt then as ``context`` too."""
+    generated = max_tokens if max_tokens is not None else context
+    prompt = context - max_tokens if max_tokens is not None else context
+    total = 0
+    if logprobs is not None:
+        total += n * (logprobs + 1) * generated
+    if prompt_logprobs is not None:
+        total += (prompt_logprobs + 1) * max(prompt, 0)
+    return total
+
+
+def _check_logprob_budget(
+    sp: sampling_pb2.SamplingParams, info: ModelInfo, limits: LimitsSettings, v: Violations
+) -> None:
+    """Refuse a request whose logprobs could exceed ``limits.max_logprob_entries`` (checked
+    only when n, max_tokens and both logprobs fields are otherwise valid)."""
+    guarded = {f"sampling_params.{f}" for f in ("n", "max_tokens", "logprobs", "prompt_logprobs")}
+    if any(item.field in guarded for item in v.items):
+        return
+    logprobs = sp.logprobs if sp.HasField("logprobs") else None
+    prompt_logprobs = sp.prompt_logprobs if sp.HasField("prompt_logprobs") else None
+    if logprobs is None and prompt_logprobs is None:
+        return
+    n = sp.n if sp.HasField("n") else 1
+    max_tokens = sp.max_tokens if sp.HasField("max_tokens") else None
+    context = info.max_model_len
+    total = logprob_entries(n, logprobs, prompt_logprobs, max_tokens, context)
+    limit = limits.max_logprob_entries
+    if total <= limit:
+        return
+    tokens = f"max_tokens {max_tokens}" if max_tokens is not None else f"max_tokens unset = context {context}"
+    parts = []
+    if logprobs is not None:
+        parts.append(f"n {n} x (logprobs {logprobs} + 1) x {tokens}")
+    if prompt_logprobs is not None:
+        prompt = context - max_tokens if max_tokens is not None else context
+        parts.append(f"(prompt_logprobs {prompt_logprobs} + 1) x {prompt} prompt tokens at most")
+    field = "logprobs" if logprobs is not None else "prompt_logprobs"
+    v.add(
+        f"sampling_params.{field}",
+        f"asks for up to {total} log-probability entries ({' + '.join(parts)}); at most {limit} per "
+        "request are served (limits.max_logprob_entries): lower n, logprobs, prompt_logprobs or max_tokens",
     )
 
 
