@@ -335,35 +335,47 @@ class VllmEngine:
             engine_input, params, rid, lora_request=lora, trace_headers=dict(request.trace_headers or {})
         )
         prompt_logprobs_sent = False
+        prompt_tokens: int | None = None
         rejected = InvalidRequestError(rejected_field, _REJECTED)
         try:
             with self._running(rid, rejected, (vc.VLLMClientError, ValueError)):
                 async for out in stream:
-                    if any(c.finish_reason == "error" for c in out.outputs):
-                        raise EngineFailureError("the engine ended a completion with an error")
-                    # Logprobs are converted a slice at a time (vc.logprob_positions), so a
-                    # whole completion's (n x tokens x candidates) never holds the event loop.
-                    chunks = [
-                        CompletionChunk(
-                            index=int(c.index),
-                            text=c.text,
-                            token_ids=list(c.token_ids),
-                            finish_reason=vc.finish_reason(c.finish_reason, c.stop_reason),
-                            stop_string=c.stop_reason if isinstance(c.stop_reason, str) else None,
-                            stop_token_id=c.stop_reason if isinstance(c.stop_reason, int) else None,
-                            logprobs=await vc.logprob_positions(c.logprobs),
-                            cumulative_logprob=c.cumulative_logprob if c.logprobs is not None else None,
-                        )
-                        for c in out.outputs
-                    ]
+                    # Per output (a step's delta, or several merged by vLLM when this
+                    # consumer was behind): finish fields only on a completion's last
+                    # output, logprobs converted only when asked for, a slice at a time
+                    # (vc.logprob_positions), so that (n x tokens x candidates) never
+                    # holds the event loop.
+                    chunks = []
+                    for c in out.outputs:
+                        reason = c.finish_reason
+                        if reason is None:
+                            chunk = CompletionChunk(int(c.index), c.text, list(c.token_ids))
+                        else:
+                            if reason == "error":
+                                raise EngineFailureError("the engine ended a completion with an error")
+                            stop = c.stop_reason
+                            chunk = CompletionChunk(
+                                int(c.index),
+                                c.text,
+                                list(c.token_ids),
+                                finish_reason=vc.finish_reason(reason, stop),
+                                stop_string=stop if isinstance(stop, str) else None,
+                                stop_token_id=stop if isinstance(stop, int) else None,
+                            )
+                        if c.logprobs is not None:
+                            chunk.logprobs = await vc.logprob_positions(c.logprobs)
+                            chunk.cumulative_logprob = c.cumulative_logprob
+                        chunks.append(chunk)
                     prompt_lp = None
                     if not prompt_logprobs_sent and out.prompt_logprobs is not None:
                         prompt_lp = await vc.logprob_positions(out.prompt_logprobs)
                         prompt_logprobs_sent = True
+                    if prompt_tokens is None:
+                        prompt_tokens = len(out.prompt_token_ids or ids)
                     yield GenerationUpdate(
                         request_id=rid,
                         completions=chunks,
-                        prompt_tokens=len(out.prompt_token_ids or ids),
+                        prompt_tokens=prompt_tokens,
                         cached_tokens=int(out.num_cached_tokens or 0),
                         finished=bool(out.finished),
                         prompt_logprobs=prompt_lp,
