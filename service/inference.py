@@ -24,7 +24,7 @@ import grpc
 from engine_backends.protocol import Engine, GenerateInput, GenerationUpdate
 from service import metrics
 from service.call_context import CallRecord
-from service.convert import completion_output, fill_stream_message, positions
+from service.convert import extend_positions_bounded, fill_completion_output_bounded, fill_stream_message
 from service.policy import AccessPolicy
 from service.runtime import Runtime
 from service.status import RpcError
@@ -48,6 +48,86 @@ def _audited_prompt(prompt: str | None, ids: list[int] | None, messages: list[di
     if ids is not None:
         return ",".join(map(str, ids))
     return prompt or ""
+
+
+def _count_tokens(update: GenerationUpdate, info: CallRecord, model: str) -> int:
+    """Add ``update``'s generated tokens (and, once, its prompt tokens) to the call's record
+    and, once, its prompt tokens to the prompt-token counter; returns the tokens it generated.
+    The generated-token counter is advanced once per call, by ``Inference.run``."""
+    produced = 0
+    for c in update.completions:
+        produced += len(c.token_ids)
+    info.completion_tokens += produced
+    if not info.prompt_tokens:
+        info.prompt_tokens = update.prompt_tokens
+        metrics.PROMPT_TOKENS.labels(model).inc(update.prompt_tokens)
+    return produced
+
+
+# A cancelled unary call waits at most this long for its aborted engine request's last
+# update, asking the engine to abort again every _ABORT_RETRY_S (the request may not have
+# reached the engine's scheduler when the first abort was sent).
+_ABORTED_OUTPUT_WAIT_S = 5.0
+_ABORT_RETRY_S = 0.25
+
+
+async def _counted_on_cancel(
+    engine: Engine, request_id: str, iterator: AsyncIterator[GenerationUpdate], info: CallRecord
+) -> AsyncIterator[GenerationUpdate]:
+    """``iterator``'s updates for a unary call, whose engine sends its output only when the
+    request ends (vLLM ``RequestOutputKind.FINAL_ONLY``). When the call is cancelled (deadline,
+    client cancel, end of the drain grace) the engine request is aborted with
+    ``Engine.abort`` first: the engine then ends ``iterator`` with what it had generated (as
+    after an ``Abort`` call), whose tokens are counted into ``info`` (not its text: the client
+    never receives it). Each update is awaited in a task of its own, so the cancellation
+    reaches this generator and not the engine's iterator.
+
+    Raises:
+        asyncio.CancelledError: re-raised once the aborted request is counted.
+    """
+    model = engine.info.name
+    while True:
+        step = asyncio.ensure_future(_next_update(iterator))
+        try:
+            update = await asyncio.shield(step)
+        except asyncio.CancelledError:
+            last = await _aborted_output(engine, request_id, step)
+            if last is not None:
+                _count_tokens(last, info, model)
+            raise
+        if update is None:
+            return
+        yield update
+
+
+async def _next_update(iterator: AsyncIterator[GenerationUpdate]) -> GenerationUpdate | None:
+    """The iterator's next update, or None at its end."""
+    return await anext(iterator, None)
+
+
+async def _aborted_output(engine: Engine, request_id: str, step: asyncio.Future) -> GenerationUpdate | None:
+    """Abort ``request_id`` and return what ``step`` (the iterator's pending next update)
+    yields then: the request's output so far. None when the engine had no such request
+    running (it had not reached the engine, or just ended), could not be asked, or did
+    not answer within ``_ABORTED_OUTPUT_WAIT_S`` (``step`` is then cancelled, and the
+    engine request with it)."""
+    loop = asyncio.get_running_loop()
+    until = loop.time() + _ABORTED_OUTPUT_WAIT_S
+    try:
+        while not step.done() and loop.time() < until:
+            try:
+                if not await engine.abort(request_id):
+                    break
+            except Exception:  # a dead engine: nothing more to count
+                break
+            await asyncio.wait({step}, timeout=_ABORT_RETRY_S)
+    finally:
+        if not step.done():
+            step.cancel()
+            await asyncio.wait({step})
+    if step.cancelled() or step.exception() is not None:
+        return None
+    return step.result()
 
 
 class Inference:
@@ -143,43 +223,56 @@ class Inference:
         the engine starts and is durable before the first update is passed on, so a call
         that produces output always has a begin record ahead of it and of its ``rpc`` record.
 
+        Per update, only what must be: the record's token count, the generated text kept for
+        the audit digest (a list of deltas per completion, joined once when the call ends),
+        time to first token and, when streaming, the inter-token latency (one histogram
+        child looked up per call). The generated-token counter is advanced once, when the
+        call ends (completed, failed or cancelled), by the tokens the record counted.
+
         Raises:
             RpcError: UNAVAILABLE when the begin record cannot be written (fail-closed).
         """
         self.active[gen.request_id] = (engine, info.principal.name)
         model = engine.info.name
+        stream = gen.stream
+        inter_token = metrics.INTER_TOKEN_LATENCY.labels(model) if stream else None
+        counted_before = info.completion_tokens
         started = time.monotonic()
         last_token_at: float | None = None
+        outputs = info.output_parts
         audit = self._rt.audit
         begin = asyncio.ensure_future(audit.record_begin(info)) if audit is not None else None
         iterator = engine.generate(gen)
+        updates = iterator if stream else _counted_on_cancel(engine, gen.request_id, iterator, info)
         try:
-            async for update in iterator:
+            async for update in updates:
                 if begin is not None:
                     pending, begin = begin, None
                     await pending
-                produced = sum(len(c.token_ids) for c in update.completions)
-                if produced:
+                if _count_tokens(update, info, model):
                     now = time.monotonic()
                     if last_token_at is None:
                         metrics.TIME_TO_FIRST_TOKEN.labels(model).observe(now - started)
-                    elif gen.stream:
-                        metrics.INTER_TOKEN_LATENCY.labels(model).observe(now - last_token_at)
+                    elif inter_token is not None:
+                        inter_token.observe(now - last_token_at)
                     last_token_at = now
-                    info.completion_tokens += produced
-                    metrics.GENERATION_TOKENS.labels(model).inc(produced)
                 for c in update.completions:
                     if c.text:
-                        if gen.stream:
-                            info.output_parts.setdefault(c.index, []).append(c.text)
+                        parts = outputs.get(c.index)
+                        if parts is None:
+                            outputs[c.index] = [c.text]
+                        elif stream:
+                            parts.append(c.text)
                         else:
-                            info.output_parts[c.index] = [c.text]
-                if not info.prompt_tokens:
-                    info.prompt_tokens = update.prompt_tokens
-                    metrics.PROMPT_TOKENS.labels(model).inc(update.prompt_tokens)
+                            parts[:] = [c.text]
                 yield update
         finally:
+            generated = info.completion_tokens - counted_before
+            if generated:
+                metrics.GENERATION_TOKENS.labels(model).inc(generated)
             self.active.pop(gen.request_id, None)
+            if updates is not iterator:
+                await updates.aclose()  # type: ignore[attr-defined]
             await iterator.aclose()  # type: ignore[attr-defined]
             if begin is not None:
                 # The engine failed or the call was cancelled before any output: the begin
@@ -208,13 +301,11 @@ class Inference:
             final = update
         if final is None:
             raise RpcError(grpc.StatusCode.INTERNAL, "the engine returned no output", "ENGINE_NO_OUTPUT")
-        response = response_cls(
-            request_id=gen.request_id,
-            outputs=[completion_output(by_index[i]) for i in sorted(by_index)],
-            usage=self._usage(final, info),
-        )
+        response = response_cls(request_id=gen.request_id, usage=self._usage(final, info))
+        for i in sorted(by_index):
+            await fill_completion_output_bounded(response.outputs.add(), by_index[i])
         if not chat and final.prompt_logprobs:
-            response.prompt_logprobs.extend(positions(final.prompt_logprobs))
+            await extend_positions_bounded(response.prompt_logprobs, final.prompt_logprobs)
         return response
 
     async def generate(
@@ -230,7 +321,17 @@ class Inference:
     # -- streaming ---------------------------------------------------------------------
 
     async def _stream(self, request, info: CallRecord, message_cls, *, chat: bool):
+        """One message per completion index that has something to say in an update: its
+        delta (text, token ids, logprobs), its finish reason once, the prompt logprobs on
+        the first message, usage on the last.
+
+        An update holds what the engine produced since the previous one was taken: when the
+        client (or this event loop) is behind, the vLLM backend's DELTA outputs are merged
+        by vLLM's ``RequestOutputCollector`` while this generator waits for the previous
+        message to be sent, so several tokens leave as one message; the deltas still
+        concatenate to the unary answer."""
         engine, gen = self.prepare(request, info, chat=chat, stream=True)
+        rid = gen.request_id
         finished: set[int] = set()
         first = True
         async for update in self.run(engine, gen, info):
@@ -239,18 +340,23 @@ class Inference:
                 final_for_index = chunk.finish_reason is not None and chunk.index not in finished
                 if final_for_index:
                     finished.add(chunk.index)
-                if not chunk.text and not chunk.token_ids and not final_for_index:
+                    msg = message_cls()
+                    fill_stream_message(msg, rid, chunk, True)
+                elif not chunk.text and not chunk.token_ids:
                     continue
-                msg = message_cls()
-                fill_stream_message(msg, gen.request_id, chunk, final_for_index)
+                elif chunk.logprobs:
+                    msg = message_cls()
+                    fill_stream_message(msg, rid, chunk, False)
+                else:
+                    msg = message_cls(request_id=rid, index=chunk.index, text=chunk.text, token_ids=chunk.token_ids)
                 messages.append(msg)
             if first and not chat and update.prompt_logprobs:
                 if not messages:
-                    messages.append(message_cls(request_id=gen.request_id))
-                messages[0].prompt_logprobs.extend(positions(update.prompt_logprobs))
+                    messages.append(message_cls(request_id=rid))
+                await extend_positions_bounded(messages[0].prompt_logprobs, update.prompt_logprobs)
             if update.finished:
                 if not messages:
-                    messages.append(message_cls(request_id=gen.request_id))
+                    messages.append(message_cls(request_id=rid))
                 messages[-1].usage.CopyFrom(self._usage(update, info))
             if messages:
                 first = False
