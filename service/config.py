@@ -235,6 +235,33 @@ class EngineSettings(EngineArgsSettings):
         return value
 
 
+class DevicesSettings(_Model):
+    """The device inventory read in the background (``GetServerInfo.devices``, the
+    ``xinserve_device_*`` gauges): how often, and how long one vendor tool may take."""
+
+    refresh_seconds: float = Field(default=15.0, ge=1.0, le=3600.0)
+    """Seconds between two readings of the device tools (nvidia-smi, npu-smi ...)."""
+    tool_timeout_seconds: float | None = Field(default=None, gt=0, le=600.0)
+    """Seconds one tool may run before the reading reports the device DEGRADED; unset: 10 s,
+    or the refresh interval when that is shorter."""
+
+    @property
+    def tool_timeout(self) -> float:
+        """The tool timeout in effect (seconds)."""
+        if self.tool_timeout_seconds is not None:
+            return self.tool_timeout_seconds
+        return min(10.0, self.refresh_seconds)
+
+    @model_validator(mode="after")
+    def _timeout_within_refresh(self) -> DevicesSettings:
+        if self.tool_timeout_seconds is not None and self.tool_timeout_seconds > self.refresh_seconds:
+            raise ValueError(
+                f"tool_timeout_seconds ({self.tool_timeout_seconds:g}) must not exceed refresh_seconds "
+                f"({self.refresh_seconds:g}): a reading has to end before the next one is due"
+            )
+        return self
+
+
 class AdmissionSettings(_Model):
     """Admission control for inference calls."""
 
@@ -291,6 +318,7 @@ class Settings(BaseSettings):
     engine: EngineSettings = Field(default_factory=EngineSettings)
     admission: AdmissionSettings = Field(default_factory=AdmissionSettings)
     limits: LimitsSettings = Field(default_factory=LimitsSettings)
+    devices: DevicesSettings = Field(default_factory=DevicesSettings)
     drain_grace_seconds: float = Field(default=30.0, ge=0)
     """On SIGTERM, how long in-flight calls may run before they are aborted."""
     reflection: bool = True

@@ -12,6 +12,7 @@ absent, not zero.
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -21,10 +22,11 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from engine_backends.devices import Device, Health, read_inventory
+from engine_backends.devices.inventory import DEFAULT_TIMEOUT_SECONDS
 from engine_backends.devices.model import failed_device
 from xinserve.v1 import server_pb2
 
-DEFAULT_REFRESH_SECONDS = 15.0
+DEFAULT_REFRESH_SECONDS = 15.0  # service.config.DevicesSettings.refresh_seconds' default
 
 _HEALTH = {
     Health.OK: server_pb2.DEVICE_HEALTH_OK,
@@ -176,13 +178,23 @@ _MONITORS: dict[str, DeviceMonitor] = {}
 _MONITORS_LOCK = threading.Lock()
 
 
-def ensure_monitor(kind: str) -> DeviceMonitor:
+def ensure_monitor(
+    kind: str, interval: float = DEFAULT_REFRESH_SECONDS, tool_timeout: float = DEFAULT_TIMEOUT_SECONDS
+) -> DeviceMonitor:
     """The process's monitor for ``kind``, started on first use; it becomes the one whose
-    readings /metrics reports. One per kind per process: the inventory is the host's."""
+    readings /metrics reports. One per kind per process: the inventory is the host's.
+
+    ``interval`` (seconds between readings) and ``tool_timeout`` (seconds one vendor tool may
+    run) come from ``devices.*`` in the configuration; a later call with other values
+    applies them from the next reading on.
+    """
+    reader = functools.partial(read_inventory, timeout=tool_timeout)
     with _MONITORS_LOCK:
         monitor = _MONITORS.get(kind)
         if monitor is None:
-            monitor = _MONITORS[kind] = DeviceMonitor(kind)
+            monitor = _MONITORS[kind] = DeviceMonitor(kind, interval, reader)
             monitor.start()
+        else:
+            monitor.interval, monitor._reader = interval, reader
         DEVICE_METRICS.monitor = monitor
         return monitor

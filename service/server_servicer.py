@@ -40,7 +40,8 @@ class ServerServicer(server_pb2_grpc.ServerServiceServicer):
     def __init__(self, runtime: Runtime, device: str) -> None:
         self._rt = runtime
         self._device = device
-        self._devices = ensure_monitor(device)
+        devices = runtime.settings.devices
+        self._devices = ensure_monitor(device, devices.refresh_seconds, devices.tool_timeout)
 
     async def GetServerInfo(self, request, context):
         ready = self._rt.ready_engines()

@@ -1,11 +1,15 @@
 """Device readings become GetServerInfo messages and xinserve_device_* gauges, from the last
 background reading (a tool never runs on a scrape or a request)."""
 
+import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from engine_backends.devices import read_inventory
-from service.device_monitor import DeviceMetrics, DeviceMonitor, device_message
+from service.config import ConfigError, Settings, load_settings
+from service.device_monitor import _MONITORS, DeviceMetrics, DeviceMonitor, device_message, ensure_monitor
+from service.runtime import Runtime
+from service.server_servicer import ServerServicer
 from xinserve.v1 import server_pb2
 
 
@@ -86,3 +90,41 @@ def test_background_thread_reads_at_start_and_on_its_interval():
         assert len(readings) >= 3
     finally:
         monitor.stop()
+
+
+def test_refresh_interval_and_tool_timeout_come_from_the_configuration(fake_tools):
+    fake_tools("cnmon", "sleep 30")  # a tool that hangs: the configured timeout ends it
+    settings = Settings(devices={"refresh_seconds": 2.0, "tool_timeout_seconds": 0.5})
+    monitor = ServerServicer(Runtime(settings), "mlu")._devices
+    try:
+        assert monitor.interval == 2.0
+        assert monitor.wait_first(60)
+        (device,) = monitor.snapshot()[1]
+        assert device.health.value == "degraded" and "did not answer within 0.5 s" in device.error, device.error
+    finally:
+        monitor.stop()
+        _MONITORS.pop("mlu", None)
+    again = ensure_monitor("mlu", 30.0, 5.0)
+    try:
+        assert again is not monitor and again.interval == 30.0
+    finally:
+        again.stop()
+        _MONITORS.pop("mlu", None)
+
+
+def test_device_settings_from_file_and_environment_and_bad_values_named(tmp_path, monkeypatch):
+    assert (load_settings().devices.refresh_seconds, load_settings().devices.tool_timeout) == (15.0, 10.0)
+    assert Settings(devices={"refresh_seconds": 4}).devices.tool_timeout == 4.0  # never past the interval
+    cfg = tmp_path / "x.yaml"
+    cfg.write_text("devices:\n  refresh_seconds: 60\n")
+    monkeypatch.setenv("XINSERVE_DEVICES__TOOL_TIMEOUT_SECONDS", "20")
+    devices = load_settings(cfg).devices
+    assert (devices.refresh_seconds, devices.tool_timeout) == (60.0, 20.0)
+    for bad, named in (
+        ("refresh_seconds: 0.1", "devices.refresh_seconds"),
+        ("refresh_seconds: 5000", "devices.refresh_seconds"),
+        ("refresh_seconds: 5\n  tool_timeout_seconds: 30", "must not exceed refresh_seconds"),
+    ):
+        cfg.write_text(f"devices:\n  {bad}\n")
+        with pytest.raises(ConfigError, match=named):
+            load_settings(cfg)
