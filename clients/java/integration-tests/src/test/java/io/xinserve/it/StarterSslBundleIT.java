@@ -5,6 +5,7 @@ import static org.assertj.core.api.Assertions.assertThat;
 
 import io.xinserve.client.XinserveClient;
 import io.xinserve.spring.boot.XinserveClientAutoConfiguration;
+import io.xinserve.spring.boot.XinserveHealthAutoConfiguration;
 import io.xinserve.spring.boot.XinserveClients;
 import io.xinserve.v1.Model;
 import java.util.concurrent.TimeUnit;
@@ -24,7 +25,11 @@ import org.springframework.boot.test.context.runner.ApplicationContextRunner;
 class StarterSslBundleIT {
   private final LiveServers servers = LiveServers.get();
   private final ApplicationContextRunner runner = new ApplicationContextRunner()
-      .withConfiguration(AutoConfigurations.of(SslAutoConfiguration.class, XinserveClientAutoConfiguration.class));
+      .withConfiguration(
+          AutoConfigurations.of(
+              SslAutoConfiguration.class,
+              XinserveClientAutoConfiguration.class,
+              XinserveHealthAutoConfiguration.class));
 
   @Test
   void mutualTlsThroughAnSslBundleAndNamedTokenClient() {
