@@ -96,16 +96,19 @@ def test_engine_options_follow_the_contract():
     assert set(OPTIONAL_SCALARS) | set(REPEATED_SCALARS) <= engine
 
 
+# A valid value, other than vLLM's default, per scalar type of the contract.
+SCALAR_SAMPLES: dict[int, Any] = {
+    FieldDescriptor.CPPTYPE_BOOL: True,
+    FieldDescriptor.CPPTYPE_INT32: 3,
+    FieldDescriptor.CPPTYPE_INT64: 3,
+    FieldDescriptor.CPPTYPE_FLOAT: 0.5,
+    FieldDescriptor.CPPTYPE_DOUBLE: 0.5,
+    FieldDescriptor.CPPTYPE_STRING: "x",
+}
+
+
 def _sample(name: str) -> Any:
-    """A valid value, other than vLLM's default, for a scalar contract field."""
-    field = sampling_pb2.SamplingParams.DESCRIPTOR.fields_by_name[name]
-    return {
-        FieldDescriptor.CPPTYPE_BOOL: True,
-        FieldDescriptor.CPPTYPE_INT32: 3,
-        FieldDescriptor.CPPTYPE_INT64: 3,
-        FieldDescriptor.CPPTYPE_FLOAT: 0.5,
-        FieldDescriptor.CPPTYPE_DOUBLE: 0.5,
-    }[field.cpp_type]
+    return SCALAR_SAMPLES[sampling_pb2.SamplingParams.DESCRIPTOR.fields_by_name[name].cpp_type]
 
 
 @pytest.mark.parametrize("name", OPTIONAL_SCALARS)
@@ -133,14 +136,7 @@ def _client_sample(field: FieldDescriptor) -> Any:
         return ["a", "b"]
     if field.message_type is not None:
         pytest.fail(f"the client has no way to build message field {field.name!r}: teach build_sampling_params")
-    scalar = {
-        FieldDescriptor.CPPTYPE_BOOL: True,
-        FieldDescriptor.CPPTYPE_INT32: 3,
-        FieldDescriptor.CPPTYPE_INT64: 3,
-        FieldDescriptor.CPPTYPE_FLOAT: 0.5,
-        FieldDescriptor.CPPTYPE_DOUBLE: 0.5,
-        FieldDescriptor.CPPTYPE_STRING: "x",
-    }[field.cpp_type]
+    scalar = SCALAR_SAMPLES[field.cpp_type]
     return [scalar] if field.is_repeated else scalar
 
 
