@@ -111,9 +111,9 @@ class Measured:
 
 
 @asynccontextmanager
-async def fake_server(tmp_path: Path) -> AsyncIterator[str]:
-    """A gRPC front end with the audit log on (SQLite under ``tmp_path``) over a
-    ``StreamEngine`` named ``m``; yields its HOST:PORT."""
+async def fake_server(tmp_path: Path, engine: FakeEngine | None = None) -> AsyncIterator[str]:
+    """A gRPC front end with the audit log on (SQLite under ``tmp_path``) over ``engine``
+    (default: a ``StreamEngine``) named ``m``; yields its HOST:PORT."""
     from service.app import authenticator_for, open_audit
     from service.config import load_settings
     from service.frontend import Frontend
@@ -127,7 +127,7 @@ async def fake_server(tmp_path: Path) -> AsyncIterator[str]:
     frontend = Frontend(runtime, settings, authenticator_for(settings), "cpu")
     try:
         await frontend.start()
-        engine = StreamEngine("m")
+        engine = engine or StreamEngine("m")
         await engine.start()
         runtime.add_model(ModelEntry("m", "generate", tmp_path, engine, manifest_digest="sm3:" + "ab" * 32))
         await runtime.mark(runtime.models["m"], ModelState.READY)
