@@ -1,33 +1,45 @@
-"""Serving throughput: xinserve GenerateStream vs in-process AsyncLLM vs ``vllm serve`` HTTP.
+"""Serving throughput: xinserve (gRPC and its OpenAI HTTP front end) against in-process
+AsyncLLM, ``vllm serve`` HTTP and vLLM's own gRPC server, in one run.
 
 Streaming tokens/s and time-to-first-token (TTFT) p50/p99 at concurrency N (default 1, 8, 32)
 for a built-in generative model (``--model``: ``xinserve-tiny-llama``, 2-layer Llama, the
 default; or ``smollm2-135m-instruct``, 30 layers), float32, with the same engine arguments
-everywhere, all in one run. Peers:
+everywhere. Peers (``--peers``, in this order by default):
 
-* ``inproc``   the same vLLM ``AsyncLLM`` driven in-process, no RPC (the ceiling); it runs in a
-               child process of this script (one event loop: engine front end + load generator).
-* ``xinserve`` ``xinserve serve`` as a subprocess, ``InferenceService.GenerateStream`` over gRPC
-               on loopback, measured with two clients: ``xinserve-sync`` (blocking grpc stub,
-               one thread per stream) and ``xinserve-aio`` (grpc.aio, one event loop).
-* ``http``     ``vllm serve`` (via benchmarks/vllm_serve_launcher.py), ``POST /v1/completions``
-               with ``stream=true``, aiohttp client (one event loop).
+* ``inproc``        the same vLLM ``AsyncLLM`` driven in-process, no RPC (the ceiling); it runs
+                    in a child process of this script (one event loop: engine + load generator).
+* ``xinserve-tiny`` ``xinserve serve`` with only the measured model loaded.
+* ``xinserve``      ``xinserve serve`` with its default two models (the measured one and
+                    all-MiniLM-L6-v2, idle while the other is measured).
+                    Both xinserve peers are measured with each of ``--clients``: ``sync``
+                    (``InferenceService.GenerateStream``, blocking grpc stub, one thread per
+                    stream), ``aio`` (grpc.aio, one event loop) and ``openai`` (xinserve's
+                    OpenAI front end, streaming ``POST /v1/completions``, aiohttp); rows are
+                    labelled ``<peer>-<client>``.
+* ``vllm-http``     ``vllm serve`` (via benchmarks/vllm_serve_launcher.py), ``POST
+                    /v1/completions`` with ``stream=true`` and ``return_token_ids``, aiohttp.
+* ``vllm-grpc``     ``vllm serve --grpc`` (vLLM's launcher for smg-grpc-servicer, installed
+                    ``--no-deps`` into ``--smg-dir`` and put on that server's PYTHONPATH only, so
+                    the project's torch and vllm stay as they are), streaming ``Generate``,
+                    blocking stub, one thread per stream. It returns token ids only, no text.
 
 Only one engine runs at a time: each peer is started, warmed up, measured, stopped. A measurement
 at concurrency N is a closed loop: N workers each send requests back to back (same prompts for
 every peer) until ``max(min_requests, requests_per_worker * N)`` requests are done; tokens/s is
 generated tokens / wall time, TTFT is from sending the request to receiving the first token.
-Every request asks for exactly ``--max-tokens`` tokens (ignore_eos, temperature 0). Each
-configuration is repeated ``--reps`` times per round; ``--rounds`` starts every peer again (order
-reversed every other round). The report gives medians over all repetitions, TTFT percentiles over
-all requests, the load average, and the CPU used by the client, the server's front-end process and
-the engine processes.
+Every request asks for exactly ``--max-tokens`` tokens (ignore_eos, temperature 0; checked).
+Each configuration is repeated ``--reps`` times per round; ``--rounds`` starts every peer again
+(order reversed every other round). The table gives per row: medians over all repetitions, TTFT
+percentiles over all requests, the ratios to inproc / vllm-http / vllm-grpc, the 1-minute load
+average before and after, the CPU cores used by the client, the server's front-end process and
+its engine processes, and the CPU seconds of every process of the server's tree.
 
-Not a test. Run by hand (about 5-10 minutes on 2 cores):
+Not a test. Run by hand on a quiet machine (the full default run takes 20-40 minutes on 2 cores,
+most of it server start-up):
 
     uv run --no-sync python benchmarks/serving_throughput.py --json-out /tmp/serving.json
-    uv run --no-sync python benchmarks/serving_throughput.py --model smollm2-135m-instruct \
-        --peers inproc,xinserve --clients sync --concurrency 1 8 --no-minilm
+    # a smoke run of every peer: one repetition, 16 tokens, N=1
+    uv run --no-sync python benchmarks/serving_throughput.py --reps 1 --max-tokens 16 --concurrency 1
 """
 
 from __future__ import annotations
@@ -123,6 +135,7 @@ class Run:
     frontend_cpu_s: float | None = None  # the server's API front-end process
     engine_cpu_s: float | None = None  # the engine processes (children of the front end)
     errors: list[str] = field(default_factory=list)
+    procs_cpu_s: dict[str, float] = field(default_factory=dict)  # "name pid" -> CPU s, server tree
 
 
 def pct(values: list[float], q: float) -> float:
@@ -180,6 +193,20 @@ class TreeCpu:
 
     def pids(self) -> list[int]:
         return [p.pid for p in self._procs()]
+
+    def per_process(self, before: dict[int, float], after: dict[int, float]) -> dict[str, float]:
+        """CPU seconds of every process of the tree over the interval, keyed ``"name pid"``
+        (the front end as ``front-end``; uv's wrapper process left out)."""
+        fe = self.frontend().pid
+        names: dict[int, str] = {}
+        for p in self._procs():
+            with contextlib.suppress(self._psutil.Error):
+                names[p.pid] = "front-end" if p.pid == fe else p.name()
+        return {
+            f"{names.get(pid, '?')} {pid}": round(t - before.get(pid, 0.0), 3)
+            for pid, t in after.items()
+            if names.get(pid) != "uv"
+        }
 
 
 # ---------------------------------------------------------------------------------------------
@@ -388,6 +415,117 @@ class VllmHttp:
         pass
 
 
+class XinserveOpenAI:
+    """xinserve's OpenAI-compatible front end: streaming ``POST /v1/completions`` with
+    ``stream_options.include_usage`` (tokens counted from the usage chunk), aiohttp client."""
+
+    name = "xinserve-openai"
+
+    def __init__(self, base_url: str, args: argparse.Namespace) -> None:
+        self.url = base_url + "/v1/completions"
+        self.args = args
+        self.prompts = prompts()
+
+    def run(self, n: int, total: int) -> tuple[int, list[float], list[str]]:
+        import aiohttp
+
+        async def main() -> tuple[int, list[float], list[str]]:
+            timeout = aiohttp.ClientTimeout(total=600)
+            connector = aiohttp.TCPConnector(limit=0)
+            async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
+
+                async def one(i: int) -> tuple[int, float]:
+                    body = {
+                        "model": MODEL_NAME,
+                        "prompt": self.prompts[i % len(self.prompts)],
+                        "max_tokens": self.args.max_tokens,
+                        "temperature": 0.0,
+                        "ignore_eos": True,
+                        "seed": self.args.seed,
+                        "stream": True,
+                        "stream_options": {"include_usage": True},
+                    }
+                    t0 = time.perf_counter()
+                    ttft = None
+                    got = 0
+                    async with session.post(self.url, json=body) as resp:
+                        if resp.status != 200:
+                            raise RuntimeError(f"HTTP {resp.status}: {(await resp.text())[:200]}")
+                        async for line in resp.content:
+                            if not line.startswith(b"data: "):
+                                continue
+                            data = line[6:].strip()
+                            if data == b"[DONE]":
+                                break
+                            event = json.loads(data)
+                            if ttft is None and any(c.get("text") for c in event.get("choices") or ()):
+                                ttft = time.perf_counter() - t0
+                            if event.get("usage"):
+                                got = int(event["usage"]["completion_tokens"])
+                    if got != self.args.max_tokens:
+                        raise RuntimeError(f"got {got} tokens, expected {self.args.max_tokens}")
+                    return got, ttft or float("nan")
+
+                return await _closed_loop_async(n, total, one)
+
+        return asyncio.run(main())
+
+    def close(self) -> None:
+        pass
+
+
+class VllmGrpc:
+    """vLLM's own gRPC server (``vllm serve --grpc``: smg-grpc-servicer's ``VllmEngine``
+    service), streaming ``Generate`` with the prompt as text, blocking stub, one thread per
+    stream. Its chunks carry token ids only (the servicer asks vLLM for ``detokenize=False``
+    unless stop strings are set): it sends no text, unlike xinserve and the HTTP servers."""
+
+    name = "vllm-grpc"
+
+    def __init__(self, target: str, args: argparse.Namespace) -> None:
+        import grpc
+
+        sys.path.insert(0, str(args.smg_dir))
+        from smg_grpc_proto import vllm_engine_pb2, vllm_engine_pb2_grpc
+
+        self.args = args
+        self.prompts = prompts()
+        self.channel = grpc.insecure_channel(target)
+        self.stub = vllm_engine_pb2_grpc.VllmEngineStub(self.channel)
+        self.pb = vllm_engine_pb2
+        self.seq = iter(range(10**9))
+        self.lock = threading.Lock()
+
+    def one(self, i: int) -> tuple[int, float]:
+        with self.lock:
+            rid = f"bench-{next(self.seq)}"
+        req = self.pb.GenerateRequest(
+            request_id=rid,
+            text=self.prompts[i % len(self.prompts)],
+            stream=True,
+            sampling_params=self.pb.SamplingParams(
+                temperature=0.0, max_tokens=self.args.max_tokens, ignore_eos=True, seed=self.args.seed
+            ),
+        )
+        t0 = time.perf_counter()
+        ttft = None
+        n = 0
+        for msg in self.stub.Generate(req, timeout=600):
+            if msg.WhichOneof("response") == "chunk" and msg.chunk.token_ids:
+                if ttft is None:
+                    ttft = time.perf_counter() - t0
+                n += len(msg.chunk.token_ids)
+        if n != self.args.max_tokens:
+            raise RuntimeError(f"got {n} tokens, expected {self.args.max_tokens}")
+        return n, ttft or float("nan")
+
+    def run(self, n: int, total: int) -> tuple[int, list[float], list[str]]:
+        return _closed_loop_threads(n, total, self.one)
+
+    def close(self) -> None:
+        self.channel.close()
+
+
 # ---------------------------------------------------------------------------------------------
 # measuring a client against a running server
 
@@ -411,8 +549,11 @@ def measure(client, tree: TreeCpu | None, peer: str, rnd: int, args: argparse.Na
             wall = time.perf_counter() - t0
             c1 = time.process_time()
             fe = eng = None
+            procs: dict[str, float] = {}
             if tree:
-                fe, eng = tree.split(before, tree.sample())
+                after = tree.sample()
+                fe, eng = tree.split(before, after)
+                procs = tree.per_process(before, after)
             run = Run(
                 peer=peer,
                 concurrency=n,
@@ -429,6 +570,7 @@ def measure(client, tree: TreeCpu | None, peer: str, rnd: int, args: argparse.Na
                 frontend_cpu_s=fe,
                 engine_cpu_s=eng,
                 errors=errors,
+                procs_cpu_s=procs,
             )
             log(run)
             runs.append(run)
@@ -503,7 +645,9 @@ def child_env() -> dict[str, str]:
     return env
 
 
-def start_xinserve(data_dir: Path, logdir: Path, timeout: float, minilm: bool = True) -> tuple[Server, str]:
+def start_xinserve(
+    data_dir: Path, logdir: Path, timeout: float, minilm: bool = True, http_port: int | None = None
+) -> tuple[Server, str]:
     import grpc
     from grpc_health.v1 import health_pb2, health_pb2_grpc
 
@@ -512,6 +656,7 @@ def start_xinserve(data_dir: Path, logdir: Path, timeout: float, minilm: bool = 
     cmd = [
         "uv", "run", "--no-sync", "xinserve", "serve",
         "--listen", target, "--data-dir", str(data_dir), "--no-metrics", "--log-level", "warning",
+        *(["--http-listen", f"127.0.0.1:{http_port}"] if http_port else []),
         "--builtin-model", MODEL_NAME, *(["--builtin-model", "all-MiniLM-L6-v2"] if minilm else []),
         "--dtype", ENGINE_ARGS["dtype"],
         "--max-num-seqs", str(ENGINE_ARGS["max_num_seqs"]),
@@ -586,6 +731,62 @@ def start_vllm_http(model_dir: Path, logdir: Path, timeout: float) -> tuple[Serv
         time.sleep(0.5)
     server.remember_tree()
     return server, base
+
+
+SMG_PACKAGES = ("smg-grpc-servicer==0.14.1", "smg-grpc-proto==0.4.28")
+
+
+def ensure_smg(smg_dir: Path) -> None:
+    """Install vLLM's gRPC servicer (``SMG_PACKAGES``) into ``smg_dir`` with ``--no-deps``:
+    its own dependencies (grpcio, grpcio-health-checking, grpcio-reflection, protobuf, pyzmq,
+    msgspec) are already in the project's environment, and its ``[vllm]`` extra would replace
+    torch and vllm there, so the packages go to a separate directory put on the server's
+    PYTHONPATH only."""
+    if (smg_dir / "smg_grpc_servicer").is_dir() and (smg_dir / "smg_grpc_proto").is_dir():
+        return
+    cmd = ["uv", "pip", "install", "--python", sys.executable, "--target", str(smg_dir), "--no-deps", *SMG_PACKAGES]
+    subprocess.run(cmd, check=True, cwd=ROOT)
+
+
+def start_vllm_grpc(model_dir: Path, logdir: Path, timeout: float, smg_dir: Path) -> tuple[Server, str]:
+    """``vllm serve MODEL --grpc`` (vLLM's launcher for smg-grpc-servicer), same engine args."""
+    import grpc
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+    ensure_smg(smg_dir)
+    port = free_port()
+    target = f"127.0.0.1:{port}"
+    cmd = [
+        sys.executable, str(ROOT / "benchmarks" / "vllm_serve_launcher.py"), "serve", str(model_dir), "--grpc",
+        "--host", "127.0.0.1", "--port", str(port),
+        "--served-model-name", MODEL_NAME,
+        "--dtype", ENGINE_ARGS["dtype"],
+        "--max-model-len", str(ENGINE_ARGS["max_model_len"]),
+        "--max-num-seqs", str(ENGINE_ARGS["max_num_seqs"]),
+        "--max-num-batched-tokens", str(ENGINE_ARGS["max_num_batched_tokens"]),
+        "--kv-cache-memory-bytes", str(ENGINE_ARGS["kv_cache_memory_bytes"]),
+        "--enforce-eager",
+        "--disable-log-stats",
+    ]  # fmt: skip
+    env = child_env()
+    env["PYTHONPATH"] = os.pathsep.join([str(smg_dir), *filter(None, [env.get("PYTHONPATH")])])
+    server = Server(cmd, env, logdir / f"vllm-grpc-{port}.log")
+    deadline = time.monotonic() + timeout
+    with grpc.insecure_channel(target) as ch:
+        health = health_pb2_grpc.HealthStub(ch)
+        while True:
+            if not server.alive():
+                raise RuntimeError(f"vllm serve --grpc exited with {server.proc.returncode}:\n{server.tail()}")
+            if time.monotonic() > deadline:
+                server.stop()
+                raise RuntimeError(f"vllm serve --grpc not SERVING after {timeout:.0f} s:\n{server.tail()}")
+            with contextlib.suppress(grpc.RpcError):
+                r = health.Check(health_pb2.HealthCheckRequest(service=""), timeout=2)
+                if r.status == health_pb2.HealthCheckResponse.SERVING:
+                    break
+            time.sleep(0.5)
+    server.remember_tree()
+    return server, target
 
 
 # ---------------------------------------------------------------------------------------------
@@ -726,8 +927,13 @@ def run_inproc(args: argparse.Namespace, rnd: int, logdir: Path, log) -> list[Ru
 # report
 
 
+BASELINES = ("inproc", "vllm-http", "vllm-grpc")
+"""The peers every other row is divided by: the in-process ceiling, and the two servers a
+user would pick instead of xinserve."""
+
+
 def summarize(runs: list[Run], concurrency: list[int]) -> dict[str, Any]:
-    peers = ["inproc", "xinserve-sync", "xinserve-aio", "vllm-http"]
+    peers = list(dict.fromkeys(r.peer for r in runs))  # in the order they were measured
     table: dict[str, Any] = {}
     for n in concurrency:
         row: dict[str, Any] = {}
@@ -737,6 +943,10 @@ def summarize(runs: list[Run], concurrency: list[int]) -> dict[str, Any]:
                 continue
             ttft = [t for r in rs for t in r.ttft_s]
             walls = sum(r.wall_s for r in rs)
+            procs: dict[str, float] = {}
+            for r in rs:
+                for k, v in r.procs_cpu_s.items():
+                    procs[k] = procs.get(k, 0.0) + v
             row[p] = {
                 "runs": len(rs),
                 "tok_s_median": statistics.median(r.tok_s for r in rs),
@@ -751,76 +961,96 @@ def summarize(runs: list[Run], concurrency: list[int]) -> dict[str, Any]:
                 "engine_cpu_cores": (
                     sum(r.engine_cpu_s or 0 for r in rs) / walls if rs[0].engine_cpu_s is not None else None
                 ),
+                # CPU seconds per process of the server's tree over all repetitions, and cores
+                "procs_cpu_s": {k: round(v, 2) for k, v in procs.items()},
+                "procs_cpu_cores": {k: round(v / walls, 3) for k, v in procs.items()},
                 "loadavg1_median": statistics.median(r.loadavg_before[0] for r in rs),
+                "loadavg1_after_median": statistics.median(r.loadavg_after[0] for r in rs),
                 "errors": sum(len(r.errors) for r in rs),
             }
-        for x in ("xinserve-sync", "xinserve-aio"):
-            if x in row:
-                for base in ("inproc", "vllm-http"):
-                    if base in row:
-                        row[f"{x}/{base}"] = row[x]["tok_s_median"] / row[base]["tok_s_median"]
+        for p in peers:
+            for base in BASELINES:
+                if p in row and base in row and p != base:
+                    row[f"{p}/{base}"] = row[p]["tok_s_median"] / row[base]["tok_s_median"]
         table[str(n)] = row
     return table
 
 
 def print_table(table: dict[str, Any]) -> None:
-    print()
-    print("| N | peer | tok/s median (min-max) | TTFT p50 ms | TTFT p99 ms | client CPU | front-end CPU | engine CPU "
-          "| load1 | runs |")  # fmt: skip
-    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
-
     def cores(v: float | None) -> str:
         return "-" if v is None else f"{v:.2f}"
 
+    print()
+    print(
+        "| N | peer | tok/s median (min-max) | TTFT p50 ms | TTFT p99 ms | ÷ inproc | ÷ vllm-http | ÷ vllm-grpc "
+        "| load1 before/after | CPU cores client / front end / engine | CPU s per server process | runs |"
+    )
+    print("|---|---|---:|---:|---:|---:|---:|---:|---|---|---|---:|")
     for n, row in table.items():
-        for p in ("inproc", "xinserve-sync", "xinserve-aio", "vllm-http"):
-            if p not in row:
+        for p, s in row.items():
+            if "/" in p:
                 continue
-            s = row[p]
+            ratios = " | ".join("-" if row.get(f"{p}/{b}") is None else f"{row[f'{p}/{b}']:.2f}" for b in BASELINES)
+            procs = ", ".join(f"{k}: {v:.1f}" for k, v in sorted(s["procs_cpu_s"].items(), key=lambda kv: -kv[1]))
             print(
                 f"| {n} | {p} | {s['tok_s_median']:.0f} ({s['tok_s_min']:.0f}-{s['tok_s_max']:.0f}) "
-                f"| {s['ttft_p50_ms']:.1f} | {s['ttft_p99_ms']:.1f} | {cores(s['client_cpu_cores'])} "
-                f"| {cores(s['frontend_cpu_cores'])} | {cores(s['engine_cpu_cores'])} "
-                f"| {s['loadavg1_median']:.1f} | {s['runs']}{' ERR' + str(s['errors']) if s['errors'] else ''} |"
+                f"| {s['ttft_p50_ms']:.1f} | {s['ttft_p99_ms']:.1f} | {ratios} "
+                f"| {s['loadavg1_median']:.1f}/{s['loadavg1_after_median']:.1f} "
+                f"| {cores(s['client_cpu_cores'])} / {cores(s['frontend_cpu_cores'])} / {cores(s['engine_cpu_cores'])} "
+                f"| {procs or '-'} | {s['runs']}{' ERR' + str(s['errors']) if s['errors'] else ''} |"
             )
-    print()
-    print("| N | xinserve-sync ÷ inproc | ÷ vllm-http | xinserve-aio ÷ inproc | ÷ vllm-http |")
-    print("|---|---:|---:|---:|---:|")
-    for n, row in table.items():
-        cells = [row.get(k) for k in ("xinserve-sync/inproc", "xinserve-sync/vllm-http",
-                                      "xinserve-aio/inproc", "xinserve-aio/vllm-http")]  # fmt: skip
-        print(f"| {n} | " + " | ".join("-" if c is None else f"{c:.2f}" for c in cells) + " |")
+
+
+XINSERVE_CLIENTS = {"sync": XinserveSync, "aio": XinserveAio, "openai": XinserveOpenAI}
+PEERS = ("inproc", "xinserve-tiny", "xinserve", "vllm-http", "vllm-grpc")
 
 
 def run_peer(
     peer: str, rnd: int, args: argparse.Namespace, model_dir: Path, logdir: Path, clients: list[str], log
 ) -> list[Run]:
-    """Start one peer, measure it, stop it."""
+    """Start one peer, measure it, stop it. ``xinserve-tiny`` loads only the measured model,
+    ``xinserve`` the default two (the measured one and all-MiniLM-L6-v2, idle); each is
+    measured with every client in ``clients`` (its runs are labelled ``<peer>-<client>``)."""
     t0 = time.monotonic()
     if peer == "inproc":
         return run_inproc(args, rnd, logdir, log)
-    if peer == "xinserve":
-        server, target = start_xinserve(args.data_dir, logdir, args.start_timeout, not args.no_minilm)
-        print(f"xinserve SERVING on {target} after {time.monotonic() - t0:.0f} s", flush=True)
+    if peer in ("xinserve", "xinserve-tiny"):
+        minilm = peer == "xinserve" and not args.no_minilm
+        http_port = free_port() if "openai" in clients else None
+        server, target = start_xinserve(args.data_dir, logdir, args.start_timeout, minilm, http_port)
+        print(f"{peer} SERVING on {target} after {time.monotonic() - t0:.0f} s", flush=True)
         runs: list[Run] = []
         try:
             tree = TreeCpu(server.proc.pid, "xinserve serve")
             for kind in clients:
-                client = (XinserveSync if kind == "sync" else XinserveAio)(target, args)
+                where = f"http://127.0.0.1:{http_port}" if kind == "openai" else target
+                client = XINSERVE_CLIENTS[kind](where, args)
                 try:
-                    runs += measure(client, tree, client.name, rnd, args, log)
+                    runs += measure(client, tree, f"{peer}-{kind}", rnd, args, log)
                 finally:
                     client.close()
         finally:
             server.stop()
         return runs
-    if peer == "http":
+    if peer in ("http", "vllm-http"):
         server, base = start_vllm_http(model_dir, logdir, args.start_timeout)
         print(f"vllm serve healthy on {base} after {time.monotonic() - t0:.0f} s", flush=True)
         try:
             tree = TreeCpu(server.proc.pid, "vllm_serve_launcher")
             client = VllmHttp(base, args)
             return measure(client, tree, client.name, rnd, args, log)
+        finally:
+            server.stop()
+    if peer == "vllm-grpc":
+        server, target = start_vllm_grpc(model_dir, logdir, args.start_timeout, args.smg_dir)
+        print(f"vllm serve --grpc SERVING on {target} after {time.monotonic() - t0:.0f} s", flush=True)
+        try:
+            tree = TreeCpu(server.proc.pid, "vllm_serve_launcher")
+            grpc_client = VllmGrpc(target, args)
+            try:
+                return measure(grpc_client, tree, grpc_client.name, rnd, args, log)
+            finally:
+                grpc_client.close()
         finally:
             server.stop()
     raise ValueError(f"unknown peer {peer!r}")
@@ -835,8 +1065,18 @@ def main() -> int:
         action="store_true",
         help="xinserve loads only the measured model (by default also all-MiniLM-L6-v2, as `xinserve serve` does)",
     )
-    ap.add_argument("--peers", default="inproc,xinserve,http", help="comma-separated: inproc, xinserve, http")
-    ap.add_argument("--clients", default="sync,aio", help="xinserve clients: sync (blocking grpc, threads), aio")
+    ap.add_argument("--peers", default=",".join(PEERS), help="comma-separated, of: " + ", ".join(PEERS))
+    ap.add_argument(
+        "--clients",
+        default="sync,openai",
+        help="xinserve clients: sync (blocking grpc, threads), aio (grpc.aio), openai (its HTTP front end, aiohttp)",
+    )
+    ap.add_argument(
+        "--smg-dir",
+        type=Path,
+        default=Path(tempfile.gettempdir()) / "xinserve-bench-smg",
+        help="where vLLM's gRPC servicer is installed (--no-deps) for the vllm-grpc peer",
+    )
     ap.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 32])
     ap.add_argument("--reps", type=int, default=5, help="repetitions of each configuration per round")
     ap.add_argument("--rounds", type=int, default=1, help="start every peer again this many times")
