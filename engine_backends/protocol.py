@@ -96,7 +96,7 @@ class CompletionChunk:
     finish_reason: FinishReason | None = None
     stop_string: str | None = None
     stop_token_id: int | None = None
-    logprobs: list[list[TokenLogprob]] | None = None
+    logprobs: Sequence[Sequence[TokenLogprob]] | None = None
     cumulative_logprob: float | None = None
 
 
@@ -109,7 +109,7 @@ class GenerationUpdate:
     prompt_tokens: int
     cached_tokens: int
     finished: bool
-    prompt_logprobs: list[list[TokenLogprob]] | None = None
+    prompt_logprobs: Sequence[Sequence[TokenLogprob]] | None = None
 
 
 @dataclass(frozen=True)

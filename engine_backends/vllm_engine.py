@@ -24,6 +24,7 @@ from engine_backends.errors import (
     InvalidRequestError,
     UnknownLoraError,
 )
+from engine_backends.logprob_positions import logprob_positions
 from engine_backends.platforms import PlatformProfile
 from engine_backends.protocol import (
     CompletionChunk,
@@ -342,9 +343,9 @@ class VllmEngine:
                 async for out in stream:
                     # Per output (a step's delta, or several merged by vLLM when this
                     # consumer was behind): finish fields only on a completion's last
-                    # output, logprobs converted only when asked for, a slice at a time
-                    # (vc.logprob_positions), so that (n x tokens x candidates) never
-                    # holds the event loop.
+                    # output, logprobs only when asked for, read lazily (LogprobPositions:
+                    # the reply is built from them a bounded slice per event-loop iteration,
+                    # never n x tokens x candidates objects made up front).
                     chunks = []
                     for c in out.outputs:
                         reason = c.finish_reason
@@ -363,12 +364,12 @@ class VllmEngine:
                                 stop_token_id=stop if isinstance(stop, int) else None,
                             )
                         if c.logprobs is not None:
-                            chunk.logprobs = await vc.logprob_positions(c.logprobs)
+                            chunk.logprobs = logprob_positions(c.logprobs)
                             chunk.cumulative_logprob = c.cumulative_logprob
                         chunks.append(chunk)
                     prompt_lp = None
                     if not prompt_logprobs_sent and out.prompt_logprobs is not None:
-                        prompt_lp = await vc.logprob_positions(out.prompt_logprobs)
+                        prompt_lp = logprob_positions(out.prompt_logprobs)
                         prompt_logprobs_sent = True
                     if prompt_tokens is None:
                         prompt_tokens = len(out.prompt_token_ids or ids)

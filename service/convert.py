@@ -9,6 +9,7 @@ while a large reply is assembled.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 
 from engine_backends.protocol import CompletionChunk, FinishReason, TokenLogprob
 from xinserve.v1 import common_pb2, inference_pb2
@@ -29,7 +30,7 @@ SLICE_ENTRIES = 2048
 (a position with more candidates is converted whole)."""
 
 
-def _position(pos: list[TokenLogprob]) -> common_pb2.PositionLogprobs:
+def _position(pos: Sequence[TokenLogprob]) -> common_pb2.PositionLogprobs:
     return common_pb2.PositionLogprobs(
         candidates=[
             common_pb2.TokenLogprob(token_id=c.token_id, logprob=c.logprob, rank=c.rank, decoded_token=c.decoded_token)
@@ -38,7 +39,7 @@ def _position(pos: list[TokenLogprob]) -> common_pb2.PositionLogprobs:
     )
 
 
-def positions(items: list[list[TokenLogprob]] | None) -> list[common_pb2.PositionLogprobs]:
+def positions(items: Sequence[Sequence[TokenLogprob]] | None) -> list[common_pb2.PositionLogprobs]:
     """Per-position logprobs as ``PositionLogprobs`` messages, in one go."""
     if not items:
         return []
@@ -46,7 +47,7 @@ def positions(items: list[list[TokenLogprob]] | None) -> list[common_pb2.Positio
 
 
 async def extend_positions_bounded(
-    target, items: list[list[TokenLogprob]] | None, max_entries: int = SLICE_ENTRIES
+    target, items: Sequence[Sequence[TokenLogprob]] | None, max_entries: int = SLICE_ENTRIES
 ) -> None:
     """Append ``items`` as ``PositionLogprobs`` to the repeated field ``target`` (e.g. a
     ``CompletionOutput.logprobs``), a slice of whole positions at a time: between slices of

@@ -1,6 +1,6 @@
-"""vLLM's logprobs into the engine's ``TokenLogprob`` lists, and into protobuf: the same
-content in vLLM's flat and dict forms, and never more than a bounded number of candidates
-converted per event-loop iteration (counted, not timed)."""
+"""vLLM's logprobs read as the engine's ``TokenLogprob`` lists (lazily, ``LogprobPositions``)
+and built into protobuf: the same content in vLLM's flat and dict forms, and never more than
+a bounded number of candidates converted per event-loop iteration (counted, not timed)."""
 
 from __future__ import annotations
 
@@ -8,10 +8,11 @@ import asyncio
 import itertools
 import random
 
-import pytest
 from vllm.logprobs import append_logprobs_for_next_position, create_prompt_logprobs, create_sample_logprobs
 
+from engine_backends import logprob_positions as lp
 from engine_backends import vllm_compat as vc
+from engine_backends.logprob_positions import LogprobPositions
 from engine_backends.protocol import CompletionChunk, TokenLogprob
 from service import convert
 from xinserve.v1 import inference_pb2
@@ -35,9 +36,9 @@ def _sample_logprobs(flat: bool, positions: int, top: int, seed: int = 7):
 
 
 def test_flat_and_dict_forms_convert_alike():
-    flat = asyncio.run(vc.logprob_positions(_sample_logprobs(True, 300, 5)))
-    listed = asyncio.run(vc.logprob_positions(_sample_logprobs(False, 300, 5)))
-    assert flat == listed
+    flat = LogprobPositions(_sample_logprobs(True, 300, 5))
+    listed = LogprobPositions(_sample_logprobs(False, 300, 5))
+    assert flat == listed and list(flat) == list(listed)
     assert len(flat) == 300
     for position in flat:
         ids = [c.token_id for c in position]
@@ -46,31 +47,34 @@ def test_flat_and_dict_forms_convert_alike():
         assert all(c.decoded_token == f"<{c.token_id}>" and c.logprob == -0.5 * c.token_id for c in position)
     # The sampled token comes first; a sampled token outside the top 5 has rank > 5.
     assert any(p[0].rank > 5 for p in flat) and any(p[0].rank <= 5 for p in flat)
+    assert flat[7] == list(flat)[7] and flat[-1] == list(flat)[-1]
+    assert list(flat[10:20]) == list(flat)[10:20]
 
 
 def test_prompt_logprobs_first_position_is_empty():
     prompt = create_prompt_logprobs(True)
     append_logprobs_for_next_position(prompt, [3, 4], [-1.0, -0.25], ["c", "d"], 2, 1)
-    assert asyncio.run(vc.logprob_positions(prompt)) == [
+    assert lp.logprob_positions(prompt) == [
         [],
         [TokenLogprob(3, -1.0, 2, "c"), TokenLogprob(4, -0.25, 1, "d")],
     ]
-    assert asyncio.run(vc.logprob_positions(None)) is None
+    assert lp.logprob_positions(None) is None
 
 
-@pytest.mark.parametrize("flat", [True, False])
-def test_slices_hold_at_most_the_bound(flat):
-    logprobs = _sample_logprobs(flat, 1000, 20)
-    slices = list(vc.logprob_slices(logprobs, max_entries=100))
-    # Sizes are counted as vLLM stores them (the flat form may repeat the sampled token).
-    assert all(sum(len(p) for p in s) <= 100 for s in slices)
-    assert len(slices) >= 1000 * 20 // 100
-    assert [p for s in slices for p in s] == asyncio.run(vc.logprob_positions(logprobs))
+def test_nothing_is_made_before_it_is_read(monkeypatch):
+    made = 0
+    real = lp.TokenLogprob
 
+    def counting(*args):
+        nonlocal made
+        made += 1
+        return real(*args)
 
-def test_a_position_larger_than_the_bound_is_one_slice():
-    slices = list(vc.logprob_slices(_sample_logprobs(True, 3, 20), max_entries=4))
-    assert [len(s) for s in slices] == [1, 1, 1]
+    monkeypatch.setattr(lp, "TokenLogprob", counting)
+    positions = lp.logprob_positions(_sample_logprobs(True, 1000, 20))
+    assert positions is not None and len(positions) == 1000 and made == 0
+    first = next(iter(positions))
+    assert made == len(first) <= 21
 
 
 async def _run_counting_iterations(work, counter):
@@ -95,24 +99,27 @@ async def _run_counting_iterations(work, counter):
     return result, max(b - a for a, b in itertools.pairwise(seen))
 
 
-def test_engine_conversion_yields_to_the_loop(monkeypatch):
+def test_a_whole_completion_is_built_a_bounded_slice_per_loop_iteration(monkeypatch):
     made = 0
-    real = vc.TokenLogprob
+    real = lp.TokenLogprob
 
     def counting(*args):
         nonlocal made
         made += 1
         return real(*args)
 
-    monkeypatch.setattr(vc, "TokenLogprob", counting)
-    logprobs = _sample_logprobs(True, 2000, 20)  # ~42,000 candidates, one reply's worth
+    monkeypatch.setattr(lp, "TokenLogprob", counting)
+    # One reply's worth: 2,000 positions x (20 + 1) candidates, read lazily from vLLM's container.
+    chunk = CompletionChunk(index=0, text="", token_ids=list(range(2000)))
+    chunk.logprobs = lp.logprob_positions(_sample_logprobs(True, 2000, 20))
+    out = inference_pb2.CompletionOutput()
 
     async def main():
-        return await _run_counting_iterations(vc.logprob_positions(logprobs, max_entries=512), lambda: made)
+        return await _run_counting_iterations(convert.fill_completion_output_bounded(out, chunk), lambda: made)
 
-    result, most_per_iteration = asyncio.run(main())
-    assert sum(len(p) for p in result) == made > 40_000
-    assert most_per_iteration <= 512
+    _, most_per_iteration = asyncio.run(main())
+    assert made == sum(len(p.candidates) for p in out.logprobs) > 40_000
+    assert most_per_iteration <= convert.SLICE_ENTRIES + 21  # the slice, plus the position that ends it
 
 
 def test_protobuf_conversion_yields_to_the_loop():
