@@ -991,7 +991,7 @@ def print_table(table: dict[str, Any]) -> None:
             if "/" in p:
                 continue
             ratios = " | ".join("-" if row.get(f"{p}/{b}") is None else f"{row[f'{p}/{b}']:.2f}" for b in BASELINES)
-            procs = ", ".join(f"{k}: {v:.1f}" for k, v in sorted(s["procs_cpu_s"].items(), key=lambda kv: -kv[1]))
+            procs = ", ".join(f"{k}: {v:.2f}" for k, v in sorted(s["procs_cpu_s"].items(), key=lambda kv: -kv[1]))
             print(
                 f"| {n} | {p} | {s['tok_s_median']:.0f} ({s['tok_s_min']:.0f}-{s['tok_s_max']:.0f}) "
                 f"| {s['ttft_p50_ms']:.1f} | {s['ttft_p99_ms']:.1f} | {ratios} "
