@@ -1,7 +1,7 @@
 """vLLM's per-position logprobs read as the engine protocol's ``TokenLogprob`` lists, lazily:
 one position at a time, when a consumer reaches it.
 
-A unary completion with logprobs holds n x tokens x (logprobs + 1) candidates (262,144 at
+A unary completion with logprobs holds n x tokens x (logprobs + 1) candidates (131,072 at
 ``limits.max_logprob_entries``' default). Made into objects up front, they cost memory and,
 alive together, long pauses of Python's cyclic garbage collector, during which the event
 loop answers nothing. Read lazily, a position's objects live only while the reply message

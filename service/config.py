@@ -287,12 +287,13 @@ class LimitsSettings(_Model):
     tokenize), checked before tokenizing: a far larger text cannot fit any context anyway."""
     max_http_body_bytes: int = Field(default=16 * 1024 * 1024, ge=1024)
     """Largest HTTP request body of the OpenAI-compatible API (413 past it)."""
-    max_logprob_entries: int = Field(default=262144, ge=1)
+    max_logprob_entries: int = Field(default=131072, ge=1)
     """Most log-probability entries one generation request may ask for (INVALID_ARGUMENT past
     it, naming ``sampling_params.logprobs`` or ``prompt_logprobs``): n x (logprobs + 1) x
     max_tokens, plus (prompt_logprobs + 1) x the longest prompt that leaves room for
     max_tokens; an unset max_tokens counts as the model's context length. Bounds the memory
-    and the conversion work of one reply (each entry is about 17 bytes on the wire)."""
+    and the conversion work of one reply (each entry is about 17 bytes on the wire: the default
+    keeps a reply within the 4 MiB gRPC clients accept by default)."""
 
 
 class Settings(BaseSettings):

@@ -26,13 +26,13 @@ def test_the_issue_request_is_refused_naming_field_and_limit():
     found = violations(n=16, logprobs=20, max_tokens=1000)
     assert list(found) == ["sampling_params.logprobs"]
     text = found["sampling_params.logprobs"]
-    assert "336000" in text and "262144" in text and "limits.max_logprob_entries" in text
+    assert "336000" in text and "131072" in text and "limits.max_logprob_entries" in text
 
 
 def test_a_request_at_the_limit_passes():
-    assert logprob_entries(16, 20, None, 780, CONTEXT) == 262080 <= LimitsSettings().max_logprob_entries
-    assert violations(n=16, logprobs=20, max_tokens=780) == {}
-    assert "sampling_params.logprobs" in violations(n=16, logprobs=20, max_tokens=781)
+    assert logprob_entries(16, 20, None, 390, CONTEXT) == 131040 <= LimitsSettings().max_logprob_entries
+    assert violations(n=16, logprobs=20, max_tokens=390) == {}
+    assert "sampling_params.logprobs" in violations(n=16, logprobs=20, max_tokens=391)
 
 
 def test_unset_max_tokens_counts_as_the_context_length():
