@@ -99,7 +99,7 @@ async def test_real_engine_stream_with_merged_deltas_equals_the_unary_answer(api
     # Hold the event loop that runs the server (the engine core goes on in its process):
     # the outputs of the steps it makes meanwhile reach this server together.
     time.sleep(1.0)  # noqa: ASYNC251 - blocking the loop on purpose
-    async for msg in call:
+    while (msg := await call.read()) is not grpc.aio.EOF:
         stream.append(msg)
     whole = unary.outputs[0]
     print(f"real engine: {tokens} tokens in {len(stream)} messages")
