@@ -284,6 +284,7 @@ class Server:
             await frontend.start()
             if http is not None:
                 await http.start()
+            entries, store = await model_entries(settings, profile, audit)
         except BaseException:
             await frontend.stop(None)
             if http is not None:
@@ -291,7 +292,6 @@ class Server:
             if runtime.audit is not None:
                 await runtime.audit.close()
             raise
-        entries, store = await model_entries(settings, profile, audit)
         for entry in entries:
             runtime.add_model(entry)
         for entry in runtime.models.values():
