@@ -26,6 +26,17 @@ case-insensitive and may be RFC 4514 short names, common long names (``commonNam
 a type are ignored; a value may be quoted (``OU = "a, b"``, RFC 2253 section 4, as OpenSSL's
 default ``-nameopt oneline`` prints it); values are compared exactly (case, inner spaces and
 escapes decoded); no other RDN order matches.
+
+The other layouts ``openssl x509 -noout -subject -nameopt X`` prints are read too, with
+OpenSSL's escapes (``\\UXXXX``, ``\\WXXXXXXXX``, ``\\XX``, ``\\\\``; ``\\xXX`` and ``\\/`` in the
+slash form): the slash form of ``compat`` (``/C=CN/O=Bank/CN=teller-8``, ``+`` joining the
+attributes of one RDN); RDNs separated by ``; `` (``sep_semi_plus_space``) or ``, ``
+(``sep_comma_plus_space``, ``utf8``) with `` + `` between the attributes of one RDN and values
+unescaped; and ``multiline`` (one RDN a line, ``type = value``). A filter that starts like a
+distinguished name (an attribute type this module knows, then ``=``) but reads as none of
+these — typically a value holding a separator the layout does not escape, such as the comma
+in ``O=Bank, Ltd`` printed by ``utf8``, which leaves a piece without ``=`` — raises
+:class:`PrincipalFilterError` instead of matching nothing.
 """
 
 from __future__ import annotations
@@ -37,7 +48,17 @@ import warnings
 from cryptography import x509
 from cryptography.x509.oid import NameOID, ObjectIdentifier
 
-__all__ = ["display_safe", "parse_name", "principal_candidates", "render_name"]
+from audit.errors import AuditConfigError
+
+__all__ = ["PrincipalFilterError", "display_safe", "parse_name", "principal_candidates", "render_name"]
+
+
+class PrincipalFilterError(AuditConfigError):
+    """A principal filter that starts like a distinguished name but cannot be read as one
+    unambiguously; the message says why and is safe to show (filter text display-escaped).
+    The CLI exits 2 with it; ``AuditService`` answers INVALID_ARGUMENT naming
+    ``filter.principal``."""
+
 
 _UNSAFE_CATEGORIES = frozenset({"Cc", "Cf", "Zl", "Zp", "Cs", "Co"})
 
@@ -224,16 +245,152 @@ def parse_name(text: str) -> x509.Name | None:
         return None
 
 
+_DN_START = re.compile(r"\s*/?\s*([A-Za-z][A-Za-z0-9-]*|[0-9]+(?:\.[0-9]+)+)\s*=")
+_OPENSSL_ESCAPE = re.compile(r"\\(?:U([0-9A-Fa-f]{4})|W([0-9A-Fa-f]{8})|([0-9A-Fa-f]{2})|(\\))")
+_COMPAT_ESCAPE = re.compile(r"\\(?:x([0-9A-Fa-f]{2})|([/+]))")
+
+
+def _looks_like_dn(text: str) -> bool:
+    m = _DN_START.match(text)
+    return m is not None and (m.group(1).lower() in _TYPE_NAMES or _DOTTED_OID.fullmatch(m.group(1)) is not None)
+
+
+def _bytes_text(raw: bytes) -> str:
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return raw.decode("latin-1")
+
+
+def _unescape_openssl(value: str) -> str:
+    """A value as ``X509_NAME_print_ex`` escapes it without RFC 2253 quoting (``\\UXXXX``,
+    ``\\WXXXXXXXX``, ``\\XX`` bytes, ``\\\\``; any other backslash is itself)."""
+    out: list[str] = []
+    pending = bytearray()
+    pos = 0
+    for m in _OPENSSL_ESCAPE.finditer(value):
+        literal = value[pos : m.start()]
+        pos = m.end()
+        if m.group(3) is not None and not literal:
+            pending.append(int(m.group(3), 16))
+            continue
+        out.append(_bytes_text(bytes(pending)) + literal)
+        pending.clear()
+        if m.group(3) is not None:
+            pending.append(int(m.group(3), 16))
+        elif m.group(4) is not None:
+            out.append(m.group(4))
+        else:
+            out.append(chr(int(m.group(1) or m.group(2), 16)))
+    out.append(_bytes_text(bytes(pending)) + value[pos:])
+    return "".join(out)
+
+
+def _unescape_compat(value: str) -> str:
+    """A value of the slash form (``X509_NAME_oneline``: ``\\xXX`` bytes, ``\\/``, ``\\+``;
+    any other backslash is itself)."""
+    raw = bytearray()
+    pos = 0
+    for m in _COMPAT_ESCAPE.finditer(value):
+        raw += value[pos : m.start()].encode("utf-8")
+        raw += bytes([int(m.group(1), 16)]) if m.group(1) is not None else m.group(2).encode("utf-8")
+        pos = m.end()
+    raw += value[pos:].encode("utf-8")
+    return _bytes_text(bytes(raw))
+
+
+def _split_unescaped(text: str, sep: str) -> list[str]:
+    """``text`` split at each ``sep`` not escaped as the slash form escapes (``\\/``, ``\\+``)."""
+    parts: list[str] = []
+    start = i = 0
+    while i < len(text):
+        if text[i] == "\\" and text[i + 1 : i + 2] in ("/", "+"):
+            i += 2
+        elif text[i] == sep:
+            parts.append(text[start:i])
+            start = i = i + 1
+        else:
+            i += 1
+    parts.append(text[start:])
+    return parts
+
+
+def _read_layout(rdn_texts: list[list[str]], compat: bool) -> x509.Name:
+    rdns: list[x509.RelativeDistinguishedName] = []
+    for ava_texts in rdn_texts:
+        attrs: list[x509.NameAttribute] = []
+        for ava in ava_texts:
+            attr_type, eq, value = ava.partition("=")
+            attr_type = attr_type.strip()
+            if not eq:
+                raise ValueError(
+                    f"{display_safe(ava.strip())!r} has no '=': a value holding a separator this layout "
+                    "does not escape (',', ';', '/', ' + ') cannot be told from the separator"
+                )
+            oid = _TYPE_NAMES.get(attr_type.lower())
+            if oid is None:
+                if not _DOTTED_OID.fullmatch(attr_type):
+                    raise ValueError(f"unknown attribute type {display_safe(attr_type)!r}")
+                oid = ObjectIdentifier(attr_type)
+            decoded = _unescape_compat(value) if compat else _unescape_openssl(value.strip(" "))
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                attrs.append(x509.NameAttribute(oid, decoded))
+        rdns.append(x509.RelativeDistinguishedName(attrs))
+    return x509.Name(rdns)
+
+
+def _parse_openssl_layouts(text: str) -> list[x509.Name]:
+    """Every name ``text`` spells in one of OpenSSL's non-RFC-2253 layouts (module
+    docstring), first RDN typed first. Raises ``ValueError`` with a display-safe reason when
+    it spells none. Only the RDN separators ``text`` holds are tried."""
+    stripped = text.strip()
+    if stripped.startswith("/"):
+        return [_read_layout([_split_unescaped(r, "+") for r in _split_unescaped(stripped[1:], "/")], True)]
+    if "\n" in stripped:
+        return [_read_layout([line.split(" + ") for line in stripped.splitlines() if line.strip()], False)]
+    names: list[x509.Name] = []
+    reasons: list[str] = []
+    for sep in [sep for sep in ("; ", ", ") if sep in stripped] or [", "]:
+        try:
+            names.append(_read_layout([part.split(" + ") for part in stripped.split(sep)], False))
+        except ValueError as exc:
+            reasons.append(str(exc))
+    if not names:
+        raise ValueError(reasons[0] if reasons else "not a distinguished name")
+    return names
+
+
 def principal_candidates(text: str) -> tuple[str, ...]:
-    """The stored principal strings a filter ``text`` matches: ``text`` itself and, when it
-    reads as a distinguished name, its canonical form in the order typed and reversed.
+    """The stored principal strings a filter ``text`` matches: ``text`` itself and, for each
+    way it reads as a distinguished name (RFC 4514 as :func:`parse_name` reads it, or an
+    OpenSSL layout of the module docstring), that name's canonical form in the order typed
+    and reversed.
+
+    Raises :class:`PrincipalFilterError` when ``text`` starts like a distinguished name
+    (a known attribute type, then ``=``) but reads as none.
 
     >>> principal_candidates("cn=teller-7, o=Bank")
     ('cn=teller-7, o=Bank', 'CN=teller-7,O=Bank', 'O=Bank,CN=teller-7')
     """
     found = [text]
+    names: list[x509.Name] = []
     name = parse_name(text)
     if name is not None:
+        names.append(name)
+    reason = "it is not a distinguished name in any layout this filter reads"
+    if "=" in text:
+        try:
+            names.extend(_parse_openssl_layouts(text))
+        except ValueError as exc:
+            reason = str(exc) or reason
+    if not names and _looks_like_dn(text):
+        raise PrincipalFilterError(
+            f"principal filter {display_safe(text)!r} looks like a distinguished name but cannot be read "
+            f"unambiguously: {reason}; paste the subject as openssl x509 -noout -subject -nameopt RFC2253 "
+            "(or oneline) prints it"
+        )
+    for name in names:
         found.append(render_name(name))
         found.append(render_name(x509.Name(list(reversed(name.rdns)))))
     return tuple(dict.fromkeys(found))

@@ -13,7 +13,7 @@ import time
 import grpc
 
 from audit import AuditConfigError, AuditRangeError, EventType, QueryFilter, UnknownChainError
-from audit.principals import display_safe, principal_candidates
+from audit.principals import PrincipalFilterError, display_safe, principal_candidates
 from audit.records import MAX_SAFE_INT
 from audit.verify import ChainReport, VerifyReport
 from service.audit_trail import AuditTrail
@@ -50,11 +50,17 @@ def _filter(request, info: CallRecord) -> QueryFilter:
         v.add("filter.outcome", "must be a gRPC status code name such as OK or PERMISSION_DENIED")
     if f.event and f.event not in _EVENTS:
         v.add("filter.event", f"must be one of: {', '.join(sorted(_EVENTS))}")
+    principal_any = None
+    if f.principal and len(f.principal) <= 512:
+        try:
+            principal_any = principal_candidates(f.principal)
+        except PrincipalFilterError as exc:
+            v.add("filter.principal", str(exc))
     v.raise_if_any()
     flt = QueryFilter(
         since_ms=since,
         until_ms=until,
-        principal_any=principal_candidates(f.principal) if f.principal else None,
+        principal_any=principal_any,
         method=f.method or None,
         outcome=f.outcome or None,
         event=f.event or None,
