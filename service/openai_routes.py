@@ -44,7 +44,7 @@ from service.openai_mapping import (
     embed_request,
     embedding_response,
 )
-from service.openai_schemas import ChatBody, CompletionBody, EmbeddingBody
+from service.openai_schemas import ChatBody, CompletionBody, EmbeddingBody, lone_surrogate
 from service.runtime import ModelState, Runtime
 from service.status import FieldViolation, RpcError, invalid_argument
 
@@ -81,10 +81,11 @@ def _cancelled() -> grpc.StatusCode:
 
 
 async def _read_json(request: Request, limit: int) -> Any:
-    """The request body as JSON, at most ``limit`` bytes.
+    """The request body as JSON, at most ``limit`` bytes, every string valid Unicode.
 
     Raises:
-        RpcError: RESOURCE_EXHAUSTED/REQUEST_TOO_LARGE (413) or INVALID_ARGUMENT (not JSON).
+        RpcError: RESOURCE_EXHAUSTED/REQUEST_TOO_LARGE (413) or INVALID_ARGUMENT (not JSON,
+            or a string with a lone surrogate, named by its JSON path).
     """
     declared = request.headers.get("content-length")
     too_large = RpcError(
@@ -98,13 +99,17 @@ async def _read_json(request: Request, limit: int) -> Any:
         if len(body) > limit:
             raise too_large
     try:
-        return json.loads(body)
+        data = json.loads(body)
     except (UnicodeDecodeError, json.JSONDecodeError):
         raise invalid_argument([FieldViolation("body", "is not valid JSON")]) from None
     except RecursionError:
         raise invalid_argument([FieldViolation("body", "nests arrays or objects too deeply")]) from None
     except ValueError:  # an integer longer than Python's int conversion limit (sys.get_int_max_str_digits)
         raise invalid_argument([FieldViolation("body", "holds a number with too many digits")]) from None
+    bad = lone_surrogate(data)
+    if bad is not None:
+        raise invalid_argument([FieldViolation(*bad)])
+    return data
 
 
 def _parse(cls: type[_Body], data: Any) -> _Body:

@@ -6,13 +6,45 @@ like a ``xinserve.v1.SamplingParams`` field (vLLM's extra sampling parameters su
 ``top_k``, ``min_p``, ``repetition_penalty``) are applied; any other unknown field is
 ignored, as vLLM's and OpenAI-compatible servers do. Fields this server cannot honour
 (tools, ``echo``, ``suffix``, ``best_of`` > 1, audio) are refused, never silently dropped.
+Every string of a body, typed field or not, must be valid Unicode (``lone_surrogate``).
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_KEY_CHARS = 64
+
+
+def lone_surrogate(data: Any) -> tuple[str, str] | None:
+    """The first string in parsed JSON ``data`` (values and object keys, in document order)
+    holding a lone surrogate (U+D800..U+DFFF, which a ``\\uD800`` escape can produce; it is no
+    Unicode scalar value and UTF-8 cannot encode it, RFC 8259 section 8.2), as
+    ``(path, description)``; None when every string is valid.
+
+    ``path`` is the field's JSON path in the form validation errors use
+    (``messages[0].content``, ``stop[1]``); a bad object key names the object holding it
+    (``"body"`` for the top level). Object keys in the path are cut to 64 characters.
+    Iterative, so any depth ``json.loads`` accepted is walked without recursion.
+    """
+    stack: list[tuple[str, Any]] = [("", data)]
+    while stack:
+        path, value = stack.pop()
+        if isinstance(value, str):
+            if _SURROGATE.search(value):
+                return path or "body", "holds a lone surrogate (U+D800..U+DFFF), which is not valid Unicode"
+        elif isinstance(value, dict):
+            if any(_SURROGATE.search(key) for key in value):
+                return path or "body", "has a key holding a lone surrogate (U+D800..U+DFFF), which is not valid Unicode"
+            prefix = f"{path}." if path else ""
+            stack.extend((f"{prefix}{key[:_KEY_CHARS]}", item) for key, item in reversed(value.items()))
+        elif isinstance(value, list):
+            stack.extend((f"{path}[{i}]", item) for i, item in reversed(list(enumerate(value))))
+    return None
 
 
 class _Body(BaseModel):
