@@ -31,6 +31,7 @@ import hashlib
 import json
 import os
 import re
+import stat
 import tempfile
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -47,7 +48,15 @@ from trust.dsse import (
 )
 from trust.errors import Reason, SigningError, VerificationError
 from trust.model_signing import STATEMENT_TYPE
-from trust.oci_layout import OCI_INDEX, OCI_MANIFEST, Descriptor, OciLayout, parse_descriptor
+from trust.oci_layout import (
+    OCI_INDEX,
+    OCI_MANIFEST,
+    Descriptor,
+    OciLayout,
+    SymlinkError,
+    open_layout_file,
+    parse_descriptor,
+)
 from trust.sm2 import Sm2PrivateKey
 from trust.sm3 import sm3
 from trust.trust_store import TrustStore
@@ -200,10 +209,15 @@ def verify_image(
 
 def _index_descriptors(root: Path) -> list[tuple[Descriptor, dict[str, Any]]]:
     """The descriptors of ``index.json`` (the layout's entry point, not content-addressed)."""
-    path = root / "index.json"
     try:
-        with path.open("rb") as f:
+        fd = open_layout_file(root, "index.json")
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise VerificationError(Reason.UNSUPPORTED_FILE, "index.json is not a regular file")
+        with os.fdopen(fd, "rb") as f:
             data = f.read(_MAX_JSON + 1)
+    except SymlinkError:
+        raise VerificationError(Reason.UNSUPPORTED_FILE, "index.json is a symbolic link, not a regular file") from None
     except OSError as e:
         raise VerificationError(Reason.IO_ERROR, f"cannot read index.json: {e.strerror}") from None
     if len(data) > _MAX_JSON:

@@ -8,7 +8,9 @@ lower-case hex digits) and ``sha512`` (128). Docker's schema-2 manifest and mani
 types are read like their OCI equivalents.
 
 :meth:`OciLayout.verify_tree` walks from one descriptor through nested image indexes to image
-manifests and their config and layer blobs. Every blob must exist as a regular file, have exactly
+manifests and their config and layer blobs. Every blob must exist as a regular file (opened
+without following a symbolic link, also for the ``blobs`` and ``blobs/<algorithm>``
+directories: :func:`open_layout_file`), have exactly
 the descriptor's size (checked before hashing) and hash to its digest (streamed, 1 MiB reads).
 Every failure is a :class:`~trust.errors.VerificationError` whose detail names the blob's digest:
 
@@ -18,7 +20,8 @@ Every failure is a :class:`~trust.errors.VerificationError` whose detail names t
   :data:`MAX_DESCRIPTORS` descriptors);
 * ``unsupported_digest``: a well-formed digest of an algorithm other than sha256/sha512;
 * ``file_missing``: no blob at ``blobs/<algorithm>/<encoded>``;
-* ``unsupported_file``: the blob is a directory, FIFO, device or socket;
+* ``unsupported_file``: the blob, or a directory on its way, is a symbolic link, or the blob is
+  a directory, FIFO, device or socket;
 * ``file_size_changed``: the blob's size differs from the descriptor's;
 * ``file_modified``: the blob's bytes do not hash to the digest;
 * ``io_error``: the blob exists but cannot be read.
@@ -56,6 +59,8 @@ _CHUNK = 1 << 20
 # descriptor.md: algorithm-component ":" encoded, with the grammar's separators.
 _DIGEST_GRAMMAR = re.compile(r"[a-z0-9]+(?:[+._-][a-z0-9]+)*:[a-zA-Z0-9=_-]+")
 _HEX = re.compile(r"[0-9a-f]+")
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 
 
 @dataclass(frozen=True)
@@ -132,6 +137,49 @@ def parse_descriptor(raw: Any, where: str) -> Descriptor:
     return Descriptor(media_type, str(digest), size, ref_name)
 
 
+class SymlinkError(OSError):
+    """A part of a layout path is a symbolic link (layout content must be regular files)."""
+
+
+def open_layout_file(root: str | os.PathLike[str], *parts: str) -> int:
+    """A read-only descriptor of ``root/<parts...>``, no part a symbolic link (``root`` itself
+    may be one). Directories are opened with ``O_DIRECTORY | O_NOFOLLOW`` and the file with
+    ``O_NOFOLLOW | O_NONBLOCK`` relative to them (``openat``), so a symlink swapped in at any
+    level is refused, and a FIFO opens at once instead of hanging. The caller checks the
+    file's type with ``fstat`` and closes the descriptor.
+
+    Raises:
+        FileNotFoundError: a part does not exist.
+        IsADirectoryError, NotADirectoryError: a part is not of the expected kind.
+        SymlinkError: a part is a symbolic link.
+        OSError: any other failure to open.
+    """
+    dir_fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | _CLOEXEC)
+    try:
+        for i, part in enumerate(parts):
+            last = i == len(parts) - 1
+            flags = os.O_RDONLY | _NOFOLLOW | _CLOEXEC | (os.O_NONBLOCK if last else os.O_DIRECTORY)
+            try:
+                fd = os.open(part, flags, dir_fd=dir_fd)
+            except OSError as e:
+                if _is_link(dir_fd, part):
+                    raise SymlinkError(e.errno, f"{part} is a symbolic link") from None
+                raise
+            os.close(dir_fd)
+            dir_fd = fd
+        return dir_fd
+    except BaseException:
+        os.close(dir_fd)
+        raise
+
+
+def _is_link(dir_fd: int, name: str) -> bool:
+    try:
+        return stat.S_ISLNK(os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode)
+    except OSError:
+        return False
+
+
 class OciLayout:
     """An OCI image-layout directory, read without trusting anything in it."""
 
@@ -144,12 +192,17 @@ class OciLayout:
         return self.root / "blobs" / algorithm / encoded
 
     def _open(self, desc: Descriptor, what: str) -> int:
-        path = self.blob_path(desc.digest)
+        algorithm, encoded = check_digest(desc.digest)
         try:
-            # O_NONBLOCK: a FIFO planted as a blob opens at once (and is then refused) instead of hanging.
-            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+            fd = open_layout_file(self.root, "blobs", algorithm, encoded)
         except FileNotFoundError:
             raise VerificationError(Reason.FILE_MISSING, f"{what} {desc.digest} is missing from the layout") from None
+        except SymlinkError:
+            raise VerificationError(
+                Reason.UNSUPPORTED_FILE, f"{what} {desc.digest} is reached through a symbolic link, not a regular file"
+            ) from None
+        except (IsADirectoryError, NotADirectoryError):
+            raise VerificationError(Reason.UNSUPPORTED_FILE, f"{what} {desc.digest} is not a regular file") from None
         except OSError as e:
             raise VerificationError(Reason.IO_ERROR, f"{what} {desc.digest} cannot be read: {e.strerror}") from None
         st = os.fstat(fd)

@@ -357,3 +357,38 @@ def test_cli_verify_image_layout_checks_every_blob(
     (single.root / "index.json").write_text(json.dumps({"manifests": [{**single.top, "digest": "sha256:../../x"}]}))
     rc, _, err = _cli(capsys, "verify", "image", "--layout", single.root, "--trust-store", ts)
     assert rc == EXIT_FAILED and "[malformed_image]" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("what", ["layer", "config", "blobs_dir", "algorithm_dir", "index_json"])
+def test_a_symlink_to_identical_content_outside_the_layout_is_refused(
+    single: Layout, key: Sm2PrivateKey, store: TrustStore, tmp_path: Path, what: str
+) -> None:
+    """Each blob (and index.json) must be a regular file of the layout: a symbolic link to a
+    same-content file elsewhere, at the blob or at a directory on its way, is refused."""
+    env = single.sign(key)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    target = {
+        "layer": single.path(single.layers[1]),
+        "config": single.path(single.configs[0]),
+        "blobs_dir": single.root / "blobs",
+        "algorithm_dir": single.root / "blobs" / "sha256",
+        "index_json": single.root / "index.json",
+    }[what]
+    moved = outside / target.name
+    target.rename(moved)
+    target.symlink_to(moved)
+    err = refused(single, store, env)
+    assert err.reason == Reason.UNSUPPORTED_FILE, err
+    assert "symbolic link" in err.detail
+    if what in ("layer", "config"):
+        assert target.name in err.detail  # names the blob's digest
+
+
+def test_a_layout_reached_through_a_symlinked_root_verifies(
+    single: Layout, key: Sm2PrivateKey, store: TrustStore, tmp_path: Path
+) -> None:
+    env = single.sign(key)
+    link = tmp_path / "layout-link"
+    link.symlink_to(single.root)
+    assert verify_image_layout(link, store, envelope=env).blobs > 0
