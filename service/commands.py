@@ -14,6 +14,7 @@ from engine_backends.platforms import DEVICE_CHOICES
 from service import logs
 from service.auth import TokenFileError, hash_token, new_token
 from service.config import ConfigError, default_roles, load_settings
+from service.tls_material import TlsMaterialError, load_tls_material
 from trust.errors import TrustStoreError
 
 
@@ -27,7 +28,8 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
             "for embeddings; --builtin-model picks others). Options also come "
             "from --config (YAML) and XINSERVE_* variables; flags win. Exit codes: 0 stopped cleanly, "
             "2 invalid configuration, 3 environment error (device plugin missing, port in use, bad trust "
-            "store), 4 no model could be served, 5 the running image's signature did not verify, 6 the audit "
+            "store, unusable TLS certificate or key), 4 no model could be served, 5 the running image's "
+            "signature did not verify, 6 the audit "
             "log cannot be opened or does not verify, 7 a model's engine died while serving (restart the "
             "server: every model is verified again)."
         ),
@@ -200,6 +202,12 @@ def _serve(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"xinserve serve: {exc}", file=sys.stderr)
         return EXIT_CONFIG
+    try:
+        if settings.listen.tls or settings.listen.https:
+            load_tls_material(settings.tls)
+    except TlsMaterialError as exc:
+        print(f"xinserve serve: {exc}", file=sys.stderr)
+        return EXIT_ENVIRONMENT
     logs.quiet_engine_logs()
     # Imports the engine (seconds, more on a busy host): only once the configuration is valid.
     try:
@@ -217,7 +225,7 @@ def _serve(args: argparse.Namespace) -> int:
         return EXIT_ENVIRONMENT
     try:
         return asyncio.run(serve(settings))
-    except (PlatformError, TokenFileError, TrustStoreError, ModelSourceError) as exc:
+    except (PlatformError, TokenFileError, TrustStoreError, ModelSourceError, TlsMaterialError) as exc:
         print(f"xinserve serve: {exc}", file=sys.stderr)
         return EXIT_ENVIRONMENT
     except StartupRefused as exc:

@@ -9,7 +9,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1.health import aio as health_aio
 from grpc_reflection.v1alpha import reflection
 
-from service.attestation_servicer import AttestationServicer, certificate_spki_sha256
+from service.attestation_servicer import AttestationServicer
 from service.audit_servicer import AuditServicer
 from service.auth import Authenticator
 from service.call_core import CallCore
@@ -21,6 +21,7 @@ from service.model_servicer import ModelServicer
 from service.policy import AccessPolicy
 from service.runtime import Runtime
 from service.server_servicer import ServerServicer
+from service.tls_material import TlsMaterial, load_tls_material
 from xinserve.v1 import (
     attestation_pb2,
     attestation_pb2_grpc,
@@ -58,20 +59,11 @@ def server_options(settings: Settings) -> list[tuple[str, int]]:
     ]
 
 
-def _read(path) -> bytes:
-    with open(path, "rb") as fh:
-        return fh.read()
-
-
-def server_credentials(settings: Settings) -> grpc.ServerCredentials:
-    """TLS credentials from PEM files; with ``tls.client_ca_file`` client certificates are required."""
-    tls = settings.tls
-    assert tls.cert_file is not None and tls.key_file is not None
-    pair = (_read(tls.key_file), _read(tls.cert_file))
-    if tls.client_ca_file is not None:
-        return grpc.ssl_server_credentials(
-            [pair], root_certificates=_read(tls.client_ca_file), require_client_auth=True
-        )
+def server_credentials(material: TlsMaterial) -> grpc.ServerCredentials:
+    """TLS credentials from the checked PEM files; with a client CA, client certificates are required."""
+    pair = (material.key_pem, material.cert_chain_pem)
+    if material.client_ca_pem is not None:
+        return grpc.ssl_server_credentials([pair], root_certificates=material.client_ca_pem, require_client_auth=True)
     return grpc.ssl_server_credentials([pair])
 
 
@@ -98,7 +90,8 @@ def _bound(add: Callable[[str], int], address: str, setting: str) -> int:
 class Frontend:
     """Builds and runs one grpc.aio server over ``runtime``.
 
-    The listeners bind when it is built (``start`` begins serving on them); with
+    The TLS files are read and checked (``load_tls_material``) before anything binds. The
+    listeners bind when it is built (``start`` begins serving on them); with
     ``grpc.so_reuseport`` off, an address another server holds is refused (ListenError)
     instead of being shared with it.
 
@@ -111,8 +104,9 @@ class Frontend:
             and the policy of ``settings.auth``).
 
     Raises:
+        TlsMaterialError: with ``listen.tls``, a TLS file cannot be read, is not PEM of its
+            kind, or the key does not match the certificate.
         ListenError: a listener cannot bind.
-        OSError: a TLS file cannot be read.
     """
 
     def __init__(
@@ -123,6 +117,7 @@ class Frontend:
         device: str,
         core: CallCore | None = None,
     ) -> None:
+        material = load_tls_material(settings.tls) if settings.listen.tls else None
         self.runtime = runtime
         self.settings = settings
         self.core = core or CallCore(runtime, authenticator, AccessPolicy(settings.auth))
@@ -132,7 +127,7 @@ class Frontend:
         model_pb2_grpc.add_ModelServiceServicer_to_server(ModelServicer(runtime, device), self.server)
         server_pb2_grpc.add_ServerServiceServicer_to_server(ServerServicer(runtime, device), self.server)
         audit_pb2_grpc.add_AuditServiceServicer_to_server(AuditServicer(runtime), self.server)
-        spki = certificate_spki_sha256(settings.tls.cert_file) if settings.listen.tls else None
+        spki = material.leaf_spki_sha256 if material is not None else None
         attestation_pb2_grpc.add_AttestationServiceServicer_to_server(AttestationServicer(runtime, spki), self.server)
         self.health = health_aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
@@ -150,8 +145,8 @@ class Frontend:
         self.ports: dict[str, int] = {}
         for address in settings.listen.plaintext:
             self.ports[address] = _bound(self.server.add_insecure_port, address, "listen.plaintext")
-        if settings.listen.tls:
-            creds = server_credentials(settings)
+        if material is not None:
+            creds = server_credentials(material)
             for address in settings.listen.tls:
                 self.ports[address] = _bound(lambda a: self.server.add_secure_port(a, creds), address, "listen.tls")
 

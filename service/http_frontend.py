@@ -37,6 +37,7 @@ from service.config import Settings
 from service.inference import Inference
 from service.logs import get_logger
 from service.openai_routes import CLIENT_CERT_STATE, OpenAIRoutes
+from service.tls_material import load_tls_material
 
 log = get_logger("xinserve.http")
 
@@ -162,11 +163,15 @@ class HttpFrontend:
         settings: listeners, TLS files, ``limits.max_http_body_bytes``.
 
     Raises:
+        TlsMaterialError: with ``listen.https``, a TLS file cannot be read, is not PEM of its
+            kind, or the key does not match the certificate (checked before anything binds).
         RuntimeError: a listener cannot bind (port in use, address not available), worded
             like grpc's own bind failure.
     """
 
     def __init__(self, core: CallCore, inference: Inference, settings: Settings) -> None:
+        if settings.listen.https:
+            load_tls_material(settings.tls)
         self.app = OpenAIRoutes(core, inference, settings.limits.max_http_body_bytes).app()
         self.ports: dict[str, int] = {}
         self._servers: list[tuple[uvicorn.Server, list[socket.socket]]] = []
