@@ -61,12 +61,15 @@ def copy_verified_model(
     Raises:
         VerificationError: every reason of ``verify_model`` (nothing is left at ``dest`` then,
             and an earlier copy there is removed), or io_error when ``dest`` cannot be written.
+            When the copy fails, ``dest``'s parent and every directory this call created on
+            the way are removed too if left empty.
     """
     source = Path(model_dir)
     target = Path(dest)
     signed = read_signed_manifest(source, trust_store, model_name, now=now)
     on_disk = check_listing(source, signed)
     parent = target.parent
+    created = [d for d in (parent, *parent.parents) if not d.exists()]  # deepest first
     try:
         parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         os.chmod(parent, 0o700)
@@ -80,6 +83,7 @@ def copy_verified_model(
     except BaseException:
         remove_tree(staging)
         remove_tree(target)
+        _remove_empty_dirs([parent, *created])
         raise
     return VerifiedCopy(signed.verification(), target)
 
@@ -154,6 +158,15 @@ def _replace(staging: Path, target: Path) -> None:
     os.rename(staging, target)
     if old is not None:
         remove_tree(old)
+
+
+def _remove_empty_dirs(dirs: Sequence[Path]) -> None:
+    """``rmdir`` each of ``dirs`` in order (deepest first) that exists and is empty."""
+    for d in dirs:
+        try:
+            d.rmdir()
+        except OSError:
+            pass
 
 
 def remove_tree(path: Path) -> None:
