@@ -129,7 +129,8 @@ class CallCore:
         peer_key = f"peer:{peer_host(transport.peer)}"
         refusal: RpcError | None = None
         try:
-            self.throttle.check(peer_key)
+            if authorizations:  # a peer's lockout throttles token guessing, not certificate or anonymous calls
+                self.throttle.check(peer_key)
             if len(authorizations) > 1:
                 raise AuthenticationFailed("more than one authorization header")
             record.principal = self.authenticator.authenticate(

@@ -1,8 +1,12 @@
 """Failed-login throttling: after ``auth.max_failed_logins`` failed authentications within
 ``auth.failed_login_window_s`` from one peer host (or for one principal, e.g. with an
-expired token), that peer or principal is locked out for ``auth.lockout_s``: every call is
-refused with RESOURCE_EXHAUSTED (reason ``LOGIN_THROTTLED``, RetryInfo: the time left), and
-each refusal is audited like any call. A successful login clears the peer's failures.
+expired token), that peer or principal is locked out for ``auth.lockout_s``: every call that
+presents a bearer token from that peer (or as that principal) is refused with
+RESOURCE_EXHAUSTED (reason ``LOGIN_THROTTLED``, RetryInfo: the time left), and each refusal
+is audited like any call. Calls without a token (client-certificate or anonymous) are not
+guesses at a token and are not refused by a peer's lockout, so one client behind a shared
+address (NAT, proxy) cannot lock certificate users out. A successful login clears the
+peer's failures.
 
 Counters live in memory (per process); all methods run on the event loop.
 """

@@ -92,3 +92,6 @@ async def test_wrong_tokens_lock_the_peer_out(live_server, tmp_path):
             assert locked.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
             retry = detail_of(locked.value, error_details_pb2.RetryInfo)
             assert retry is not None and retry.retry_delay.seconds > 3000
+            # A call without a token guesses nothing: the peer's lockout does not refuse it
+            # (this front end admits anonymous callers).
+            assert (await api.inference.Tokenize(request)).token_ids
