@@ -234,6 +234,7 @@ class Server:
         Raises:
             PlatformError: the device's vLLM plugin is missing.
             TokenFileError: malformed token file.
+            TlsMaterialError: a TLS certificate, key or client CA file is unusable.
             ListenError: a gRPC listener could not bind.
             RuntimeError: an HTTP listener could not bind.
             StartupRefused: image signature, audit log or TEE refused the start.

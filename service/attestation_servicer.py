@@ -10,8 +10,6 @@ outside 16..64 bytes. Each call is audited twice: the call's own ``rpc`` record 
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import grpc
 
 from audit import EventType
@@ -19,21 +17,12 @@ from service.logs import get_logger
 from service.runtime import ModelState, Runtime
 from service.status import FieldViolation, RpcError, invalid_argument
 from trust.sm3 import sm3_hex
-from trust.tee.binding import MAX_NONCE, MIN_NONCE, channel_report_data, spki_sha256
+from trust.tee.binding import MAX_NONCE, MIN_NONCE, channel_report_data
 from trust.tee.errors import EvidenceError
 from trust.tee.evidence import TEE_NONE
 from xinserve.v1 import attestation_pb2, attestation_pb2_grpc
 
 log = get_logger("xinserve.attestation")
-
-
-def certificate_spki_sha256(cert_file: Path | None) -> bytes | None:
-    """SHA-256 of the SPKI of the first certificate in the server's PEM chain, or None."""
-    if cert_file is None:
-        return None
-    pem = cert_file.read_bytes()
-    end = pem.find(b"-----END CERTIFICATE-----")
-    return spki_sha256(pem[: end + len(b"-----END CERTIFICATE-----")] if end >= 0 else pem)
 
 
 def tee_status(runtime: Runtime) -> attestation_pb2.TeeStatus:
