@@ -15,7 +15,7 @@ from __future__ import annotations
 import functools
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 from prometheus_client import REGISTRY
 from prometheus_client.core import GaugeMetricFamily, Metric
@@ -118,10 +118,18 @@ def device_message(device: Device, read_at: float) -> server_pb2.Device:
 
 
 class DeviceMetrics(Collector):
-    """The ``xinserve_device_*`` gauges of the active monitor's last reading (no tool runs on scrape)."""
+    """The ``xinserve_device_*`` gauges of the last reading of each monitor: the given ones, or
+    by default the process's running monitors (one per device kind, see ``ensure_monitor``).
+    No tool runs on scrape."""
 
-    def __init__(self) -> None:
-        self.monitor: DeviceMonitor | None = None
+    def __init__(self, monitors: Iterable[DeviceMonitor] | None = None) -> None:
+        self._monitors = None if monitors is None else list(monitors)
+
+    def _current(self) -> list[DeviceMonitor]:
+        if self._monitors is not None:
+            return self._monitors
+        with _MONITORS_LOCK:
+            return list(_MONITORS.values())
 
     def collect(self) -> Iterator[Metric]:
         labels = ["kind", "index"]
@@ -153,8 +161,7 @@ class DeviceMetrics(Collector):
             "Unix time of the last device inventory reading.",
             labels=["kind"],
         )
-        monitor = self.monitor
-        if monitor is not None:
+        for monitor in self._current():
             read_at, devices = monitor.snapshot()
             for d in devices:
                 key = [d.kind, str(d.index)]
@@ -170,19 +177,18 @@ class DeviceMetrics(Collector):
         yield from (healthy, info, refreshed)
 
 
-DEVICE_METRICS = DeviceMetrics()
-REGISTRY.register(DEVICE_METRICS)
-
-
 _MONITORS: dict[str, DeviceMonitor] = {}
 _MONITORS_LOCK = threading.Lock()
+
+DEVICE_METRICS = DeviceMetrics()
+REGISTRY.register(DEVICE_METRICS)
 
 
 def ensure_monitor(
     kind: str, interval: float = DEFAULT_REFRESH_SECONDS, tool_timeout: float = DEFAULT_TIMEOUT_SECONDS
 ) -> DeviceMonitor:
-    """The process's monitor for ``kind``, started on first use; it becomes the one whose
-    readings /metrics reports. One per kind per process: the inventory is the host's.
+    """The process's monitor for ``kind``, started on first use; /metrics reports the readings
+    of every monitor so started. One per kind per process: the inventory is the host's.
 
     ``interval`` (seconds between readings) and ``tool_timeout`` (seconds one vendor tool may
     run) come from ``devices.*`` in the configuration; a later call with other values
@@ -196,5 +202,4 @@ def ensure_monitor(
             monitor.start()
         else:
             monitor.interval, monitor._reader = interval, reader
-        DEVICE_METRICS.monitor = monitor
         return monitor

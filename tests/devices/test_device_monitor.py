@@ -15,9 +15,7 @@ from xinserve.v1 import server_pb2
 
 def _scrape(monitor: DeviceMonitor) -> dict[tuple[str, tuple], float]:
     registry = CollectorRegistry()
-    collector = DeviceMetrics()
-    collector.monitor = monitor
-    registry.register(collector)
+    registry.register(DeviceMetrics([monitor]))
     out = {}
     for family in text_string_to_metric_families(generate_latest(registry).decode()):
         for s in family.samples:

@@ -104,7 +104,10 @@ def test_a_start_whose_port_is_taken_exits_3_and_creates_no_data_dir(tmp_path: P
         assert not fresh.exists(), sorted(str(p) for p in fresh.rglob("*"))
 
 
-def test_frontend_refuses_a_port_another_grpc_server_holds(tmp_path: Path) -> None:
+@pytest.mark.asyncio(loop_scope="session")
+async def test_frontend_refuses_a_port_another_grpc_server_holds(tmp_path: Path) -> None:
+    # A grpc.aio server is made on a running loop (the session's): a synchronous test has no
+    # current loop once earlier tests ran theirs.
     with grpc_server_holding_a_port() as port:
         settings = load_settings(
             overrides={
