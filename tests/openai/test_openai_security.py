@@ -34,6 +34,8 @@ def token_file(tmp_path_factory):
 
 
 def _port(frontend) -> int:
+    # Clients dial 127.0.0.1 (the listener's address, an IP SAN of the test certificate), never
+    # "localhost": that may resolve to ::1 first, where another process can hold the same port.
     return next(iter(frontend.ports.values()))
 
 
@@ -44,7 +46,7 @@ async def test_https_with_tokens(live_server, pki, token_file):
         "auth": {"token_file": str(token_file), "required": True},
     }
     async with extra_http(live_server, overrides) as (frontend, _):
-        base = f"https://localhost:{_port(frontend)}/v1"
+        base = f"https://127.0.0.1:{_port(frontend)}/v1"
         trust = ssl.create_default_context(cafile=str(pki.ca_cert))
 
         def sdk(key: str) -> openai.AsyncOpenAI:
@@ -82,7 +84,7 @@ async def test_mtls_principal_and_roles_from_the_certificate(live_server, pki):
         "auth": {"required": True, "mtls_roles": [{"subject": "(.+,)?CN=alice(,.+)?", "roles": ["auditor"]}]},
     }
     async with extra_http(live_server, overrides) as (frontend, runtime):
-        base = f"https://localhost:{_port(frontend)}/v1"
+        base = f"https://127.0.0.1:{_port(frontend)}/v1"
 
         def context(cert=None, key=None) -> ssl.SSLContext:
             ctx = ssl.create_default_context(cafile=str(pki.ca_cert))
@@ -119,7 +121,7 @@ async def test_mtls_user_runs_inference(live_server, pki):
         ctx = ssl.create_default_context(cafile=str(pki.ca_cert))
         ctx.load_cert_chain(str(pki.client_cert), str(pki.client_key))
         sdk = openai.AsyncOpenAI(
-            base_url=f"https://localhost:{_port(frontend)}/v1",
+            base_url=f"https://127.0.0.1:{_port(frontend)}/v1",
             api_key="not-a-token",
             max_retries=0,
             http_client=httpx.AsyncClient(verify=ctx, timeout=60),
