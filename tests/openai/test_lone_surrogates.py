@@ -17,13 +17,9 @@ import pytest
 
 from audit import QueryFilter
 from audit.records import decode_record
-from service.app import open_audit
-from service.config import load_settings
-from service.frontend import Frontend
-from service.http_frontend import HttpFrontend
-from service.reload import authenticator_for
-from service.runtime import ModelEntry, ModelState, Runtime
+from service.runtime import Runtime
 from tests.server.fake_engine import FakeEngine
+from tests.server.fake_http import http_over_fake_engines
 
 ASYNC = pytest.mark.asyncio(loop_scope="session")
 
@@ -57,31 +53,8 @@ CASES = {
 
 @pytest.fixture
 async def http_port(tmp_path):
-    settings = load_settings(
-        overrides={
-            "data_dir": str(tmp_path / "data"),
-            "listen": {"plaintext": ["127.0.0.1:0"], "http": ["127.0.0.1:0"]},
-            "metrics_listen": None,
-        }
-    )
-    runtime = Runtime(settings)
-    runtime.audit = await open_audit(settings)
-    engines = [FakeEngine("m"), FakeEngine("e", "embed")]
-    for engine in engines:
-        await engine.start()
-        runtime.add_model(ModelEntry(engine.info.name, engine.info.kind, tmp_path, engine))
-        await runtime.mark(runtime.models[engine.info.name], ModelState.READY)
-    await runtime.set_serving(True)
-    grpc_frontend = Frontend(runtime, settings, authenticator_for(settings), "cpu")
-    http = HttpFrontend(grpc_frontend.core, grpc_frontend.inference, settings)
-    await http.start()
-    try:
-        yield next(iter(http.ports.values())), runtime
-    finally:
-        await http.stop()
-        for engine in engines:
-            await engine.shutdown()
-        await runtime.audit.close()
+    async with http_over_fake_engines(tmp_path, [FakeEngine("m"), FakeEngine("e", "embed")]) as served:
+        yield served
 
 
 async def _audit_record(runtime: Runtime, request_id: str):

@@ -12,13 +12,8 @@ import json
 import pytest
 
 from audit import QueryFilter
-from service.app import open_audit
-from service.config import load_settings
-from service.frontend import Frontend
-from service.http_frontend import HttpFrontend
-from service.reload import authenticator_for
-from service.runtime import ModelEntry, ModelState, Runtime
 from tests.server.fake_engine import FakeEngine
+from tests.server.fake_http import http_over_fake_engines
 
 ASYNC = pytest.mark.asyncio(loop_scope="session")
 
@@ -65,29 +60,8 @@ def _responses(raw: bytes) -> list[tuple[bytes, bytes]]:
 
 @pytest.fixture
 async def http_port(tmp_path):
-    settings = load_settings(
-        overrides={
-            "data_dir": str(tmp_path / "data"),
-            "listen": {"plaintext": ["127.0.0.1:0"], "http": ["127.0.0.1:0"]},
-            "metrics_listen": None,
-        }
-    )
-    runtime = Runtime(settings)
-    runtime.audit = await open_audit(settings)
-    engine = FakeEngine("m")
-    await engine.start()
-    runtime.add_model(ModelEntry("m", "generate", tmp_path, engine))
-    await runtime.mark(runtime.models["m"], ModelState.READY)
-    await runtime.set_serving(True)
-    grpc_frontend = Frontend(runtime, settings, authenticator_for(settings), "cpu")
-    http = HttpFrontend(grpc_frontend.core, grpc_frontend.inference, settings)
-    await http.start()
-    try:
-        yield next(iter(http.ports.values())), runtime
-    finally:
-        await http.stop()
-        await engine.shutdown()
-        await runtime.audit.close()
+    async with http_over_fake_engines(tmp_path, [FakeEngine("m")]) as served:
+        yield served
 
 
 @ASYNC

@@ -1,0 +1,46 @@
+"""An OpenAI HTTP front end on a loopback port over fake engines, with a real audit log: for
+tests of the HTTP layer that need no real vLLM engine."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+from service.app import open_audit
+from service.config import load_settings
+from service.frontend import Frontend
+from service.http_frontend import HttpFrontend
+from service.reload import authenticator_for
+from service.runtime import ModelEntry, ModelState, Runtime
+from tests.server.fake_engine import FakeEngine
+
+
+@asynccontextmanager
+async def http_over_fake_engines(tmp_path: Path, engines: list[FakeEngine]) -> AsyncIterator[tuple[int, Runtime]]:
+    """Serve ``engines`` (started here, READY) over HTTP on 127.0.0.1; yields (port, runtime).
+    Stops the listener, the engines and the audit log on exit."""
+    settings = load_settings(
+        overrides={
+            "data_dir": str(tmp_path / "data"),
+            "listen": {"plaintext": ["127.0.0.1:0"], "http": ["127.0.0.1:0"]},
+            "metrics_listen": None,
+        }
+    )
+    runtime = Runtime(settings)
+    runtime.audit = await open_audit(settings)
+    for engine in engines:
+        await engine.start()
+        runtime.add_model(ModelEntry(engine.info.name, engine.info.kind, tmp_path, engine))
+        await runtime.mark(runtime.models[engine.info.name], ModelState.READY)
+    await runtime.set_serving(True)
+    grpc_frontend = Frontend(runtime, settings, authenticator_for(settings), "cpu")
+    http = HttpFrontend(grpc_frontend.core, grpc_frontend.inference, settings)
+    await http.start()
+    try:
+        yield next(iter(http.ports.values())), runtime
+    finally:
+        await http.stop()
+        for engine in engines:
+            await engine.shutdown()
+        await runtime.audit.close()
