@@ -9,6 +9,7 @@ the fallbacks below for the older lines.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import importlib.metadata
 import inspect
@@ -21,6 +22,7 @@ from prometheus_client import REGISTRY
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 from vllm import PoolingParams, SamplingParams
+from vllm import envs as vllm_envs
 from vllm.engine.arg_utils import AsyncEngineArgs
 from vllm.lora.request import LoRARequest
 from vllm.sampling_params import RequestOutputKind, StructuredOutputsParams
@@ -54,6 +56,7 @@ __all__ = [
     "build_engine",
     "engine_process_ids",
     "engine_version",
+    "envs_cached",
     "explain_engine_error",
     "finish_reason",
     "make_pooling_params",
@@ -146,26 +149,74 @@ def release_engine_metrics(served_name: str) -> None:
         _ENGINE_METRICS.release(served_name)
 
 
+class _EnvsCache:
+    """Caching of ``vllm.envs`` in this process while no engine is being built.
+
+    vLLM reads its environment variables lazily: every ``vllm.envs.NAME`` runs
+    ``os.getenv`` again, and its output processor does so once per request per engine step
+    (``IterationStats.update_from_output`` reads ``VLLM_COMPUTE_NANS_IN_LOGITS``), about
+    a tenth of the front end's event-loop samples while 32 streams run. vLLM's own engine
+    processes cache them once started (``vllm.envs.enable_envs_cache``, called by
+    ``EngineCore`` and the multiprocessing workers). Here they are cached the same way once
+    every engine this process is building has been built, and read afresh again while one
+    is being built (a model loaded later may need variables set after the first start, such
+    as a device-visibility variable). vLLM releases without these functions (before 0.26)
+    simply keep reading the environment.
+    """
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.building = 0
+
+    @contextlib.contextmanager
+    def building_engine(self) -> Iterator[None]:
+        enable = getattr(vllm_envs, "enable_envs_cache", None)
+        disable = getattr(vllm_envs, "disable_envs_cache", None)
+        with self.lock:
+            self.building += 1
+            if disable is not None:
+                disable()
+        try:
+            yield
+        finally:
+            with self.lock:
+                self.building -= 1
+                if self.building == 0 and enable is not None:
+                    enable()
+
+
+_ENVS_CACHE = _EnvsCache()
+
+
+def envs_cached() -> bool:
+    """Whether ``vllm.envs`` values are cached in this process now (no engine being built)."""
+    check = getattr(vllm_envs, "_is_envs_cache_enabled", None)
+    return bool(check()) if check is not None else False
+
+
 def build_engine(
     model: str, served_name: str, kind: str, options: Mapping[str, Any], stat_logger: Callable[..., Any]
 ) -> AsyncLLM:
     """Construct an ``AsyncLLM`` (blocking: spawns the engine core and loads weights).
 
     ``options`` are ``AsyncEngineArgs`` field names (dtype, max_model_len,
-    kv_cache_memory_bytes, tensor_parallel_size, enable_lora ...).
+    kv_cache_memory_bytes, tensor_parallel_size, enable_lora ...). vLLM's environment
+    variables are read afresh while it builds, and cached in this process once no other
+    engine is being built (``_EnvsCache``).
 
     Raises:
         Exception: whatever vLLM raises for a bad model or configuration.
     """
-    args = AsyncEngineArgs(
-        model=model,
-        served_model_name=served_name,
-        runner="pooling" if kind == "embed" else "generate",
-        disable_log_stats=True,
-        enable_log_requests=False,
-        **options,
-    )
-    llm = AsyncLLM.from_engine_args(args, stat_loggers=[stat_logger, _SharedPrometheusStatLogger])
+    with _ENVS_CACHE.building_engine():
+        args = AsyncEngineArgs(
+            model=model,
+            served_model_name=served_name,
+            runner="pooling" if kind == "embed" else "generate",
+            disable_log_stats=True,
+            enable_log_requests=False,
+            **options,
+        )
+        llm = AsyncLLM.from_engine_args(args, stat_loggers=[stat_logger, _SharedPrometheusStatLogger])
     yield_between_engine_steps(llm.engine_core)
     return llm
 
