@@ -60,7 +60,7 @@ import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -357,13 +357,21 @@ class XinserveAio:
         pass
 
 
-class VllmHttp:
-    name = "vllm-http"
+class _StreamingCompletions:
+    """Streaming ``POST /v1/completions`` over aiohttp, one session, closed loop. A peer says
+    what its request body adds (``extra``) and how an event's tokens are counted (``account``)."""
+
+    name = ""
+    extra: ClassVar[dict[str, object]] = {}
 
     def __init__(self, base_url: str, args: argparse.Namespace) -> None:
         self.url = base_url + "/v1/completions"
         self.args = args
         self.prompts = prompts()
+
+    def account(self, event: dict, got: int) -> tuple[int, bool]:
+        """``(tokens counted so far, whether this event carries generated tokens)``."""
+        raise NotImplementedError
 
     def run(self, n: int, total: int) -> tuple[int, list[float], list[str]]:
         import aiohttp
@@ -382,7 +390,7 @@ class VllmHttp:
                         "ignore_eos": True,
                         "seed": self.args.seed,
                         "stream": True,
-                        "return_token_ids": True,
+                        **self.extra,
                     }
                     t0 = time.perf_counter()
                     ttft = None
@@ -396,13 +404,9 @@ class VllmHttp:
                             data = line[6:].strip()
                             if data == b"[DONE]":
                                 break
-                            event = json.loads(data)
-                            for choice in event.get("choices") or ():
-                                ids = choice.get("token_ids") or ()
-                                if ids:
-                                    if ttft is None:
-                                        ttft = time.perf_counter() - t0
-                                    got += len(ids)
+                            got, tokens = self.account(json.loads(data), got)
+                            if tokens and ttft is None:
+                                ttft = time.perf_counter() - t0
                     if got != self.args.max_tokens:
                         raise RuntimeError(f"got {got} tokens, expected {self.args.max_tokens}")
                     return got, ttft or float("nan")
@@ -415,63 +419,29 @@ class VllmHttp:
         pass
 
 
-class XinserveOpenAI:
-    """xinserve's OpenAI-compatible front end: streaming ``POST /v1/completions`` with
-    ``stream_options.include_usage`` (tokens counted from the usage chunk), aiohttp client."""
+class VllmHttp(_StreamingCompletions):
+    """``vllm serve``'s OpenAI server with ``return_token_ids`` (tokens counted per chunk)."""
+
+    name = "vllm-http"
+    extra: ClassVar[dict[str, object]] = {"return_token_ids": True}
+
+    def account(self, event: dict, got: int) -> tuple[int, bool]:
+        ids = sum(len(choice.get("token_ids") or ()) for choice in event.get("choices") or ())
+        return got + ids, ids > 0
+
+
+class XinserveOpenAI(_StreamingCompletions):
+    """xinserve's OpenAI-compatible front end with ``stream_options.include_usage`` (tokens
+    counted from the usage chunk; the first token is the first chunk with text)."""
 
     name = "xinserve-openai"
+    extra: ClassVar[dict[str, object]] = {"stream_options": {"include_usage": True}}
 
-    def __init__(self, base_url: str, args: argparse.Namespace) -> None:
-        self.url = base_url + "/v1/completions"
-        self.args = args
-        self.prompts = prompts()
-
-    def run(self, n: int, total: int) -> tuple[int, list[float], list[str]]:
-        import aiohttp
-
-        async def main() -> tuple[int, list[float], list[str]]:
-            timeout = aiohttp.ClientTimeout(total=600)
-            connector = aiohttp.TCPConnector(limit=0)
-            async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
-
-                async def one(i: int) -> tuple[int, float]:
-                    body = {
-                        "model": MODEL_NAME,
-                        "prompt": self.prompts[i % len(self.prompts)],
-                        "max_tokens": self.args.max_tokens,
-                        "temperature": 0.0,
-                        "ignore_eos": True,
-                        "seed": self.args.seed,
-                        "stream": True,
-                        "stream_options": {"include_usage": True},
-                    }
-                    t0 = time.perf_counter()
-                    ttft = None
-                    got = 0
-                    async with session.post(self.url, json=body) as resp:
-                        if resp.status != 200:
-                            raise RuntimeError(f"HTTP {resp.status}: {(await resp.text())[:200]}")
-                        async for line in resp.content:
-                            if not line.startswith(b"data: "):
-                                continue
-                            data = line[6:].strip()
-                            if data == b"[DONE]":
-                                break
-                            event = json.loads(data)
-                            if ttft is None and any(c.get("text") for c in event.get("choices") or ()):
-                                ttft = time.perf_counter() - t0
-                            if event.get("usage"):
-                                got = int(event["usage"]["completion_tokens"])
-                    if got != self.args.max_tokens:
-                        raise RuntimeError(f"got {got} tokens, expected {self.args.max_tokens}")
-                    return got, ttft or float("nan")
-
-                return await _closed_loop_async(n, total, one)
-
-        return asyncio.run(main())
-
-    def close(self) -> None:
-        pass
+    def account(self, event: dict, got: int) -> tuple[int, bool]:
+        usage = event.get("usage")
+        if usage:
+            got = int(usage["completion_tokens"])
+        return got, any(choice.get("text") for choice in event.get("choices") or ())
 
 
 class VllmGrpc:
