@@ -66,9 +66,14 @@ def copy_verified_model(
     """
     source = Path(model_dir)
     target = Path(dest)
-    signed = read_signed_manifest(source, trust_store, model_name, now=now)
-    on_disk = check_listing(source, signed)
     parent = target.parent
+    try:
+        signed = read_signed_manifest(source, trust_store, model_name, now=now)
+        on_disk = check_listing(source, signed)
+    except BaseException:
+        remove_tree(target)
+        _remove_empty_dirs([parent])
+        raise
     created = [d for d in (parent, *parent.parents) if not d.exists()]  # deepest first
     try:
         parent.mkdir(parents=True, exist_ok=True, mode=0o700)

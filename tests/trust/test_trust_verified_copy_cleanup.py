@@ -66,3 +66,23 @@ def test_verify_entry_failure_leaves_no_model_directory(tmp_path: Path, key: Sm2
     assert asyncio.run(verify_entry(entry, store, False, copies)) is False
     assert entry.verification == Verification.FAILED and entry.state == ModelState.FAILED
     assert list(copies.iterdir()) == []
+
+
+def test_a_manifest_or_listing_refusal_also_removes_the_earlier_copy(
+    tmp_path: Path, key: Sm2PrivateKey, store: TrustStore
+) -> None:
+    model = _signed_model(tmp_path, key, "m")
+    copies = tmp_path / "verified-models"
+    dest = copies / "m" / "model"
+    assert copy_verified_model(model, store, "m", dest).path == dest
+    (model / "added.bin").write_bytes(b"not signed")  # refused by the listing check, before any copy
+    with pytest.raises(VerificationError) as ei:
+        copy_verified_model(model, store, "m", dest)
+    assert ei.value.reason == Reason.FILE_ADDED
+    assert not (copies / "m").exists()
+    (model / "added.bin").unlink()
+    assert copy_verified_model(model, store, "m", dest).path == dest
+    with pytest.raises(VerificationError) as ei:
+        copy_verified_model(model, store, "another name", dest)  # refused reading the manifest
+    assert ei.value.reason == Reason.SUBJECT_MISMATCH
+    assert not (copies / "m").exists()
