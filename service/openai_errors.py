@@ -36,6 +36,8 @@ REQUEST_TOO_LARGE = "REQUEST_TOO_LARGE"
 """``ErrorInfo`` reason of a body over ``limits.max_http_body_bytes`` (HTTP 413)."""
 METHOD_NOT_ALLOWED = "METHOD_NOT_ALLOWED"
 """``ErrorInfo`` reason of a known path called with another HTTP method (HTTP 405)."""
+UNSUPPORTED_MEDIA_TYPE = "UNSUPPORTED_MEDIA_TYPE"
+"""``ErrorInfo`` reason of a request body that is not declared ``application/json`` (HTTP 415)."""
 
 
 def http_error(err: RpcError, *, chat: bool = False) -> tuple[int, dict[str, Any], dict[str, str]]:
@@ -45,6 +47,8 @@ def http_error(err: RpcError, *, chat: bool = False) -> tuple[int, dict[str, Any
         status, kind = 413, "invalid_request_error"
     elif err.reason == METHOD_NOT_ALLOWED:
         status, kind = 405, "invalid_request_error"
+    elif err.reason == UNSUPPORTED_MEDIA_TYPE:
+        status, kind = 415, "invalid_request_error"
     param = openai_param(err.violations[0].field, chat) if err.violations else None
     message = err.message
     if err.violations:

@@ -15,8 +15,8 @@ import struct
 import time
 from typing import Any
 
-from service.openai_schemas import ChatBody, CompletionBody, EmbeddingBody, _Sampling
-from service.sampling_fields import OPTIONAL_SCALARS, REPEATED_SCALARS
+from service.openai_schemas import SAMPLING_EXTRAS, ChatBody, ChatMessage, CompletionBody, EmbeddingBody, _Sampling
+from service.sampling_fields import REPEATED_SCALARS
 from service.status import FieldViolation, invalid_argument
 from xinserve.v1 import common_pb2, inference_pb2, sampling_pb2
 
@@ -41,7 +41,7 @@ def openai_param(field: str, chat: bool = False) -> str:
     """The OpenAI request field for a contract field path (``sampling_params.top_p`` → ``top_p``)."""
     name = field.removeprefix("sampling_params.")
     head, sep, rest = name.partition("[")
-    if chat and head == "logprobs":
+    if chat and head == "logprobs" and name != field:  # the contract's logprobs is chat's top_logprobs
         return "top_logprobs"
     if head.startswith("inputs"):
         return "input" + (sep + rest if sep else "")
@@ -70,27 +70,30 @@ def _sampling(body: _Sampling, max_tokens: int | None) -> sampling_pb2.SamplingP
         if not -(2**31) <= token < 2**31:
             _refuse(f"logit_bias[{key[:32]}]", "token id out of range")
         sp.logit_bias[token] = bias
-    # vLLM's extra sampling parameters, by their contract names (derived from the descriptor).
-    for name, value in (body.model_extra or {}).items():
-        if name in OPTIONAL_SCALARS and name not in ("logprobs", "max_tokens"):
-            _assign(sp, name, value)
-        elif name in REPEATED_SCALARS and name != "stop":
-            if not isinstance(value, list):
-                _refuse(name, "must be a list")
+    # vLLM's extra sampling parameters, by their contract names (derived from the descriptor;
+    # their JSON types were checked by service.openai_schemas.parse_body). null = absent.
+    extra = body.model_extra or {}
+    for name in SAMPLING_EXTRAS:
+        value = extra.get(name)
+        if value is None:
+            continue
+        if name in REPEATED_SCALARS:
             try:
                 getattr(sp, name).extend(value)
-            except (TypeError, ValueError):
-                _refuse(name, "has an element of the wrong type")
+            except (TypeError, ValueError, OverflowError):
+                _refuse(name, "has an element out of range for the field")
+        else:
+            _assign(sp, name, value)
     return sp
 
 
-def _assign(sp: sampling_pb2.SamplingParams, name: str, value: Any) -> None:
-    if isinstance(value, bool) and sp.DESCRIPTOR.fields_by_name[name].type != 8:  # TYPE_BOOL
-        _refuse(name, "has the wrong type")
+def _assign(sp: sampling_pb2.SamplingParams, name: str, value: Any, field: str | None = None) -> None:
+    """Set a field whose JSON type was checked; refuses (naming ``field``, default ``name``)
+    a value the field cannot hold."""
     try:
         setattr(sp, name, value)
-    except (TypeError, ValueError):
-        _refuse(name, "has the wrong type or is out of range")
+    except (TypeError, ValueError, OverflowError):
+        _refuse(field or name, "is out of range for the field")
 
 
 def completion_request(body: CompletionBody, request_id: str) -> inference_pb2.GenerateRequest:
@@ -142,12 +145,31 @@ def _content(message_index: int, content: Any) -> str:
     return "".join(parts)
 
 
+def _message(index: int, message: ChatMessage) -> common_pb2.ChatMessage:
+    """One chat message as the contract's, following OpenAI's message rules: ``content`` is
+    required except on an assistant message carrying ``tool_calls`` or ``function_call``
+    (which this server refuses: no tool or function calling); a ``developer`` message is
+    OpenAI's newer name for a ``system`` message and is passed on as one."""
+    where = f"messages[{index}]"
+    if message.tool_calls:
+        _refuse(f"{where}.tool_calls", "tool and function calling are not supported")
+    if message.function_call is not None:
+        _refuse(f"{where}.function_call", "tool and function calling are not supported")
+    if message.role == "function":
+        _refuse(f"{where}.role", "function messages are not supported (function calling is not)")
+    if message.content is None:
+        _refuse(f"{where}.content", f"is required in a {message.role} message")
+    role = "system" if message.role == "developer" else message.role
+    name = {"name": message.name} if message.name else {}
+    return common_pb2.ChatMessage(role=role, content=_content(index, message.content), **name)
+
+
 def chat_request(body: ChatBody, request_id: str) -> inference_pb2.ChatRequest:
     """A ``ChatRequest`` for ``POST /v1/chat/completions``.
 
     Raises:
-        RpcError: INVALID_ARGUMENT for tools, functions, audio, or ``top_logprobs``
-            without ``logprobs``.
+        RpcError: INVALID_ARGUMENT for tools, functions, audio, ``top_logprobs`` without
+            ``logprobs``, or a message without ``content`` (``messages[i].content``).
     """
     for name in ("tools", "functions"):
         if getattr(body, name):
@@ -159,7 +181,7 @@ def chat_request(body: ChatBody, request_id: str) -> inference_pb2.ChatRequest:
     max_tokens = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
     sp = _sampling(body, max_tokens)
     if body.logprobs:
-        _assign(sp, "logprobs", body.top_logprobs or 0)
+        _assign(sp, "logprobs", body.top_logprobs or 0, field="top_logprobs")
     elif body.top_logprobs is not None:
         _refuse("top_logprobs", "needs logprobs: true")
     fmt = body.response_format
@@ -170,10 +192,7 @@ def chat_request(body: ChatBody, request_id: str) -> inference_pb2.ChatRequest:
             _refuse("response_format", "json_schema.schema is required")
         else:
             sp.json_schema = json.dumps(fmt.json_schema.schema_, ensure_ascii=False)
-    messages = [
-        common_pb2.ChatMessage(role=m.role, content=_content(i, m.content), **({"name": m.name} if m.name else {}))
-        for i, m in enumerate(body.messages)
-    ]
+    messages = [_message(i, m) for i, m in enumerate(body.messages)]
     return inference_pb2.ChatRequest(model=body.model, messages=messages, sampling_params=sp, request_id=request_id)
 
 

@@ -6,6 +6,9 @@ Routes (OpenAI API reference): ``GET /v1/models``, ``GET /v1/models/{model}``,
 Events ending in ``data: [DONE]``; ``stream_options.include_usage`` adds a usage chunk),
 ``POST /v1/embeddings``; ``GET /health`` (200 while the gRPC health of ``""`` is SERVING,
 else 503) and ``GET /health/live`` (200 while the process runs); neither is audited.
+A POST body must be declared ``Content-Type: application/json`` (else 415) and is validated
+as strictly as OpenAI's API does (``service.openai_schemas``); a known path called with
+another method is 405 with ``Allow``, any other path 404.
 
 Each call is one record in the audit log with method ``openai/<endpoint>`` (e.g.
 ``openai/chat.completions``), counted by the same admission as gRPC, and answered with its
@@ -18,12 +21,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import math
 from collections.abc import AsyncIterator, Awaitable, Callable
+from email.message import Message
 from typing import Any, TypeVar
 
 import grpc
 from grpc_health.v1 import health_pb2
-from pydantic import BaseModel, ValidationError
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
@@ -34,7 +38,7 @@ from starlette.types import Receive, Scope, Send
 from service.call_context import CallRecord
 from service.call_core import CallCore, Started, Transport
 from service.inference import Inference
-from service.openai_errors import METHOD_NOT_ALLOWED, REQUEST_TOO_LARGE, http_error
+from service.openai_errors import METHOD_NOT_ALLOWED, REQUEST_TOO_LARGE, UNSUPPORTED_MEDIA_TYPE, http_error
 from service.openai_mapping import (
     StreamChunks,
     chat_request,
@@ -44,7 +48,7 @@ from service.openai_mapping import (
     embed_request,
     embedding_response,
 )
-from service.openai_schemas import ChatBody, CompletionBody, EmbeddingBody, lone_surrogate
+from service.openai_schemas import ChatBody, CompletionBody, EmbeddingBody, lone_surrogate, parse_body
 from service.runtime import ModelState, Runtime
 from service.status import FieldViolation, RpcError, invalid_argument
 
@@ -52,7 +56,6 @@ CLIENT_CERT_STATE = "xinserve_client_cert_pem"
 """Key of the verified client certificate (PEM) in the ASGI scope's ``state``, set per
 connection by ``service.http_frontend``."""
 REQUEST_ID_HEADER = "x-request-id"
-_Body = TypeVar("_Body", bound=BaseModel)
 
 
 def transport_of(request: Request, ignore_authorization: bool = False) -> Transport:
@@ -80,13 +83,58 @@ def _cancelled() -> grpc.StatusCode:
     return grpc.StatusCode.CANCELLED
 
 
+def _json_content_type(request: Request) -> None:
+    """Refuse a body not declared as JSON: its ``Content-Type`` must be ``application/json``
+    (any case, with or without parameters such as ``charset=utf-8``), as OpenAI's API and its
+    SDKs (which always send it) expect. The header is parsed as RFC 9110 section 8.3 defines
+    it, by the standard library's MIME header parser.
+
+    Raises:
+        RpcError: INVALID_ARGUMENT/UNSUPPORTED_MEDIA_TYPE (415) naming ``content-type``.
+    """
+    declared = request.headers.getlist("content-type")
+    if len(declared) == 1:
+        header = Message()
+        header["content-type"] = declared[0]
+        if "/" in declared[0] and header.get_content_type() == "application/json":
+            return
+    if not declared:
+        shown = "none"
+    elif len(declared) > 1:
+        shown = f"{len(declared)} headers"
+    else:
+        shown = repr(declared[0][:64])
+    raise invalid_argument(
+        [FieldViolation("content-type", f"must be application/json, got {shown}")], UNSUPPORTED_MEDIA_TYPE
+    )
+
+
+class _NonFiniteNumber(Exception):
+    """A JSON body holds ``NaN``/``Infinity`` (which Python's parser accepts and JSON does not,
+    RFC 8259 section 6) or a number too large for a double (``1e400``)."""
+
+
+def _no_constant(name: str) -> Any:
+    raise _NonFiniteNumber(name)
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise _NonFiniteNumber(text[:32])
+    return value
+
+
 async def _read_json(request: Request, limit: int) -> Any:
     """The request body as JSON, at most ``limit`` bytes, every string valid Unicode.
 
     Raises:
-        RpcError: RESOURCE_EXHAUSTED/REQUEST_TOO_LARGE (413) or INVALID_ARGUMENT (not JSON,
-            or a string with a lone surrogate, named by its JSON path).
+        RpcError: UNSUPPORTED_MEDIA_TYPE (415) when not declared as JSON,
+            RESOURCE_EXHAUSTED/REQUEST_TOO_LARGE (413) or INVALID_ARGUMENT (not JSON, or a
+            string with a lone surrogate, named by its JSON path; NaN, Infinity or a number
+            too large for a double).
     """
+    _json_content_type(request)
     declared = request.headers.get("content-length")
     too_large = RpcError(
         grpc.StatusCode.RESOURCE_EXHAUSTED, f"the request body exceeds {limit} bytes", REQUEST_TOO_LARGE
@@ -99,7 +147,9 @@ async def _read_json(request: Request, limit: int) -> Any:
         if len(body) > limit:
             raise too_large
     try:
-        data = json.loads(body)
+        data = json.loads(body, parse_constant=_no_constant, parse_float=_finite_float)
+    except _NonFiniteNumber:
+        raise invalid_argument([FieldViolation("body", "holds NaN, Infinity or a number beyond a double")]) from None
     except (UnicodeDecodeError, json.JSONDecodeError):
         raise invalid_argument([FieldViolation("body", "is not valid JSON")]) from None
     except RecursionError:
@@ -110,19 +160,6 @@ async def _read_json(request: Request, limit: int) -> Any:
     if bad is not None:
         raise invalid_argument([FieldViolation(*bad)])
     return data
-
-
-def _parse(cls: type[_Body], data: Any) -> _Body:
-    if not isinstance(data, dict):
-        raise invalid_argument([FieldViolation("body", "must be a JSON object")])
-    try:
-        return cls.model_validate(data)
-    except ValidationError as exc:
-        violations = []
-        for e in exc.errors()[:20]:
-            loc = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in e["loc"]).lstrip(".")
-            violations.append(FieldViolation(loc or "body", e["msg"]))
-        raise invalid_argument(violations) from None
 
 
 async def _until_disconnect(receive: Receive) -> None:
@@ -215,7 +252,11 @@ class OpenAIRoutes:
         self.max_body = max_body_bytes
 
     def app(self) -> Starlette:
-        return Starlette(
+        """The ASGI app. A path no route matches is Starlette's 404, a known path called with
+        another method its 405 with ``Allow``; both reach ``_routing_error``, which answers
+        in OpenAI's error shape and audits the call. A trailing slash is not redirected
+        (``/v1/completions/`` is an unknown path, as on OpenAI's API)."""
+        app = Starlette(
             routes=[
                 Route("/v1/models", self.list_models, methods=["GET"]),
                 Route("/v1/models/{model:path}", self.get_model, methods=["GET"]),
@@ -224,10 +265,11 @@ class OpenAIRoutes:
                 Route("/v1/embeddings", self.embeddings, methods=["POST"]),
                 Route("/health", self.health, methods=["GET"]),
                 Route("/health/live", self.live, methods=["GET"]),
-                Route("/{path:path}", self.unknown, methods=["GET", "POST", "PUT", "PATCH", "DELETE"]),
             ],
             exception_handlers={HTTPException: self._routing_error},
         )
+        app.router.redirect_slashes = False
+        return app
 
     # -- helpers ---------------------------------------------------------------------------
 
@@ -270,7 +312,7 @@ class OpenAIRoutes:
         return JSONResponse({"status": name}, 200 if serving else 503)
 
     async def unknown(self, request: Request) -> Response:
-        """Any other path: 404 in OpenAI's error shape, audited (who probed for what)."""
+        """A path no route matches: 404 in OpenAI's error shape, audited (who probed for what)."""
         started = self.core.begin("openai/unknown", self._transport(request))
         path = request.url.path[:256]
         err = await self.core.refuse(
@@ -329,7 +371,7 @@ class OpenAIRoutes:
 
     async def embeddings(self, request: Request) -> Response:
         async def op(record: CallRecord, data: Any) -> Any:
-            body = _parse(EmbeddingBody, data)
+            body = parse_body(EmbeddingBody, data)
             reply = await self.ops.embed(embed_request(body, ""), record)
             return embedding_response(reply, body.model, body.encoding_format or "float")
 
@@ -361,7 +403,9 @@ class OpenAIRoutes:
         try:
             async with self.core.run(started, admitted=True, cancel_code=_cancelled) as record:
                 data = await _read_json(request, self.max_body)
-                body: ChatBody | CompletionBody = _parse(ChatBody, data) if chat else _parse(CompletionBody, data)
+                body: ChatBody | CompletionBody = (
+                    parse_body(ChatBody, data) if chat else parse_body(CompletionBody, data)
+                )
                 top_n = (body.top_logprobs or 0) if isinstance(body, ChatBody) else (body.logprobs or 0)
                 proto: Any = chat_request(body, "") if isinstance(body, ChatBody) else completion_request(body, "")
                 if not body.stream:

@@ -177,7 +177,11 @@ async def test_request_id_header_on_success_and_error(http_server):
             headers={"x-request-id": "has space"},
         )
         assert spaced.status_code == 400 and spaced.json()["error"]["param"] == "x-request-id"
-        garbage = await http.post(f"{http_server.base_url}/chat/completions", content=b"{not json")
+        garbage = await http.post(
+            f"{http_server.base_url}/chat/completions",
+            content=b"{not json",
+            headers={"content-type": "application/json"},
+        )
         assert garbage.status_code == 400 and garbage.json()["error"]["type"] == "invalid_request_error"
         wrong_type = await http.post(
             f"{http_server.base_url}/chat/completions", json={"model": TINY, "messages": "not a list"}
@@ -276,7 +280,9 @@ async def test_hostile_json_is_400_not_500(http_server):
     async with httpx.AsyncClient(timeout=60) as http:
         for path in ("/completions", "/chat/completions"):
             for body, words in ((deep, "too deeply"), (long_number, "too many digits")):
-                reply = await http.post(f"{http_server.base_url}{path}", content=body.encode())
+                reply = await http.post(
+                    f"{http_server.base_url}{path}", content=body.encode(), headers={"content-type": "application/json"}
+                )
                 assert reply.status_code == 400, (path, reply.status_code, reply.text[:200])
                 error = reply.json()["error"]
                 assert error["type"] == "invalid_request_error" and words in error["message"]
