@@ -1,9 +1,11 @@
 """Start-up, serving and shutdown of the server process (``xinserve serve``).
 
-Order (ARCHITECTURE.md): load config → check data_dir (creating nothing) → bind the metrics
+Order (ARCHITECTURE.md): load config → probe the listener addresses (``service.listen_probe``,
+before the engine is imported) → check data_dir (creating nothing) → bind the metrics
 listener → verify the running image signature if configured → read the token and TLS files
 and bind the listeners → open the audit log (data_dir, key and database are created here, so a
-start refused before it leaves nothing behind) → TEE evidence → serve with health NOT_SERVING
+start refused before it leaves nothing behind; one refused from here on removes what it created,
+``service.start_footprint``) → TEE evidence → serve with health NOT_SERVING
 → for each model: verify its SM2 signature (fail closed) → load engine → health SERVING
 → serve. SIGHUP: reload the token file and the trust store (``service.reload``, audited).
 SIGTERM/SIGINT: health NOT_SERVING, new inference calls UNAVAILABLE, in-flight
@@ -22,7 +24,7 @@ from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import start_http_server
 
-from audit import AuditError, AuditLog, ContentCapture, EventType
+from audit import AuditError, AuditLog, ContentCapture, EventType, WriterConflict
 from audit.log import load_signer
 from engine_backends.builtin_models import builtin_models
 from engine_backends.engine_args_plan import engine_options, plan_engine_args
@@ -33,8 +35,9 @@ from service import metrics
 from service.audit_trail import AuditTrail
 from service.config import Settings
 from service.engine_watch import EngineWatch
-from service.frontend import Frontend, ListenError
+from service.frontend import Frontend
 from service.http_frontend import HttpFrontend
+from service.listen_probe import listen_error
 from service.logs import get_logger
 from service.model_metrics import export_runtime
 from service.model_verification import copies_root, verify_and_load
@@ -42,6 +45,7 @@ from service.refused_start import REFUSED_IMAGE, record_refused_start
 from service.reload import Reloader, authenticator_for, changed_config_fields
 from service.runtime import AdapterEntry, ModelEntry, ModelState, Runtime
 from service.server_servicer import server_version
+from service.start_footprint import StartFootprint
 from service.tee_hook import TeeHook, TeeStartupError
 from trust.demo import ensure_demo_key, sign_if_unsigned
 from trust.errors import VerificationError
@@ -74,9 +78,16 @@ class ImageRefused(StartupRefused):
 
 
 class AuditOpenFailed(StartupRefused):
-    """The audit log cannot be opened, or its stored log does not verify: nothing is served."""
+    """The audit log cannot be opened, or its stored log does not verify: nothing is served.
+
+    ``another_writer``: another process holds the audit chain's writer lock (``WriterConflict``).
+    """
 
     exit_code = EXIT_AUDIT
+
+    def __init__(self, message: str, *, another_writer: bool = False) -> None:
+        super().__init__(message)
+        self.another_writer = another_writer
 
 
 async def open_audit(settings: Settings) -> AuditTrail:
@@ -89,14 +100,21 @@ async def open_audit(settings: Settings) -> AuditTrail:
     cfg = settings.audit
     assert cfg.signing_key_path is not None
     try:
+        capture = ContentCapture.from_settings(cfg)  # before the key is created: it may refuse
+    except AuditError as exc:
+        raise AuditOpenFailed(f"the audit log cannot be opened: {exc}") from None
+    try:
         key = await asyncio.to_thread(load_signer, cfg, create=True)
     except AuditError as exc:
         raise AuditOpenFailed(f"the server's SM2 key at {cfg.signing_key_path} is unusable: {exc}") from None
     try:
-        capture = ContentCapture.from_settings(cfg)
         audit_log = await AuditLog.open(cfg, signer=key)
+    except WriterConflict as exc:
+        raise AuditOpenFailed(f"the audit log cannot be opened: {exc}", another_writer=True) from None
     except AuditError as exc:
         raise AuditOpenFailed(f"the audit log cannot be opened: {exc}") from None
+    except OSError as exc:  # e.g. the database's directory cannot be created
+        raise AuditOpenFailed(f"the audit log cannot be opened: {exc.strerror or type(exc).__name__}") from None
     except Exception as exc:  # a stored value of an unexpected type (edited database): fail closed, no traceback
         raise AuditOpenFailed(
             f"the audit log cannot be read ({type(exc).__name__}); run `xinserve audit verify` on it"
@@ -229,14 +247,16 @@ class Server:
 
         Everything that can refuse a start without the audit log (device, trust store, image
         signature, token file, TLS files, listener addresses) is checked before the audit log
-        is opened, so such a start creates nothing under ``data_dir``.
+        is opened, so such a start creates nothing under ``data_dir``. A start refused once the
+        audit log is being opened (the audit store itself, TEE evidence, the models' set-up)
+        removes the key, audit database and directories it created, never ones that existed
+        before (``service.start_footprint``).
 
         Raises:
             PlatformError: the device's vLLM plugin is missing.
             TokenFileError: malformed token file.
             TlsMaterialError: a TLS certificate, key or client CA file is unusable.
-            ListenError: a gRPC listener could not bind.
-            RuntimeError: an HTTP listener could not bind.
+            ListenError: a gRPC or HTTP listener could not bind.
             StartupRefused: image signature, audit log or TEE refused the start.
         """
         offline_environment()
@@ -258,6 +278,7 @@ class Server:
         # log is opened: a start that cannot serve creates no data directory, key or database.
         frontend = Frontend(runtime, settings, authenticator_for(settings), profile.device)
         http = None
+        footprint = StartFootprint.note(settings)
         try:
             if settings.listen.http or settings.listen.https:
                 http = HttpFrontend(frontend.core, frontend.inference, settings)
@@ -286,12 +307,16 @@ class Server:
             if http is not None:
                 await http.start()
             entries, store = await model_entries(settings, profile, audit)
-        except BaseException:
+        except BaseException as exc:
             await frontend.stop(None)
             if http is not None:
                 await http.stop()
             if runtime.audit is not None:
                 await runtime.audit.close()
+            if isinstance(exc, Exception) and not (isinstance(exc, AuditOpenFailed) and exc.another_writer):
+                removed = await asyncio.to_thread(footprint.remove_created)
+                if removed:
+                    log.info("refused_start_removed_what_it_created", paths=[str(p) for p in removed])
             raise
         for entry in entries:
             runtime.add_model(entry)
@@ -361,7 +386,7 @@ def start_metrics_listener(address: str) -> WSGIServer:
     try:
         httpd, _ = start_http_server(int(port), addr=host.strip("[]"))
     except OSError as exc:
-        raise ListenError(f"cannot listen on {address} (metrics_listen): {exc.strerror or exc}") from None
+        raise listen_error(address, "metrics_listen", exc) from None
     return httpd
 
 
@@ -369,7 +394,7 @@ async def serve(settings: Settings) -> int:
     """Run until SIGTERM/SIGINT; returns the process exit code.
 
     Raises:
-        ListenError, RuntimeError, StartupRefused ...: as ``Server.create``; nothing under
+        ListenError, StartupRefused ...: as ``Server.create``; nothing under
             ``data_dir`` is created when a listener (``metrics_listen`` included) cannot bind.
     """
     metrics_httpd = start_metrics_listener(settings.metrics_listen) if settings.metrics_listen else None

@@ -14,6 +14,7 @@ from engine_backends.platforms import DEVICE_CHOICES
 from service import logs
 from service.auth import TokenFileError, hash_token, new_token
 from service.config import ConfigError, default_roles, load_settings
+from service.listen_probe import ListenError, probe_listeners
 from service.tls_material import TlsMaterialError, load_tls_material
 from trust.errors import TrustStoreError
 
@@ -208,11 +209,17 @@ def _serve(args: argparse.Namespace) -> int:
     except TlsMaterialError as exc:
         print(f"xinserve serve: {exc}", file=sys.stderr)
         return EXIT_ENVIRONMENT
+    # A busy port refuses the start before the engine import, not minutes later. The listeners
+    # check again when they bind (the probe is racy by nature: service.listen_probe).
+    try:
+        probe_listeners(settings)
+    except ListenError as exc:
+        print(f"xinserve serve: {exc}", file=sys.stderr)
+        return EXIT_ENVIRONMENT
     logs.quiet_engine_logs()
     # Imports the engine (seconds, more on a busy host): only once the configuration is valid.
     try:
         from service.app import StartupRefused, data_dir_ok, serve
-        from service.frontend import ListenError
     except ModuleNotFoundError as exc:
         if (exc.name or "").split(".")[0] not in _ENGINE_PACKAGES:
             raise

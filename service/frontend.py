@@ -17,6 +17,7 @@ from service.config import Settings
 from service.inference import Inference
 from service.inference_servicer import InferenceServicer
 from service.interceptors import CallPipeline
+from service.listen_probe import ListenError
 from service.model_servicer import ModelServicer
 from service.policy import AccessPolicy
 from service.runtime import Runtime
@@ -65,11 +66,6 @@ def server_credentials(material: TlsMaterial) -> grpc.ServerCredentials:
     if material.client_ca_pem is not None:
         return grpc.ssl_server_credentials([pair], root_certificates=material.client_ca_pem, require_client_auth=True)
     return grpc.ssl_server_credentials([pair])
-
-
-class ListenError(RuntimeError):
-    """A listener cannot bind its address. The message names the address and the setting
-    it came from, and is safe to print."""
 
 
 def _bound(add: Callable[[str], int], address: str, setting: str) -> int:

@@ -35,6 +35,7 @@ from service import metrics
 from service.call_core import CallCore
 from service.config import Settings
 from service.inference import Inference
+from service.listen_probe import ListenError, http_socket, listen_error
 from service.logs import get_logger
 from service.openai_routes import CLIENT_CERT_STATE, OpenAIRoutes
 from service.tls_material import load_tls_material
@@ -138,18 +139,21 @@ class _ClientCertProtocol(HttpToolsProtocol):
             super().on_message_complete()
 
 
-def _bind(address: str) -> socket.socket:
-    host, _, port = address.rpartition(":")
-    host = host.strip("[]")
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+def _bind(address: str, setting: str) -> socket.socket:
+    """A listening, non-blocking socket on ``address`` (``listen_probe.http_socket``).
+
+    Raises:
+        ListenError: the address cannot be bound.
+    """
     try:
-        sock.bind((host, int(port)))
+        sock = http_socket(address)
+    except OSError as exc:
+        raise listen_error(address, setting, exc) from None
+    try:
+        sock.listen(2048)  # with SO_REUSEADDR, a port another bound socket took fails here
     except OSError as exc:
         sock.close()
-        raise RuntimeError(f"Failed to bind to {address}: {exc.strerror}") from None
-    sock.listen(2048)
+        raise listen_error(address, setting, exc) from None
     sock.setblocking(False)
     return sock
 
@@ -165,8 +169,8 @@ class HttpFrontend:
     Raises:
         TlsMaterialError: with ``listen.https``, a TLS file cannot be read, is not PEM of its
             kind, or the key does not match the certificate (checked before anything binds).
-        RuntimeError: a listener cannot bind (port in use, address not available), worded
-            like grpc's own bind failure.
+        ListenError: a listener cannot bind (port in use, address not available); the
+            listeners bound before it are closed.
     """
 
     def __init__(self, core: CallCore, inference: Inference, settings: Settings) -> None:
@@ -178,7 +182,13 @@ class HttpFrontend:
         self._tasks: list[asyncio.Task[Any]] = []
         listeners = [(a, False) for a in settings.listen.http] + [(a, True) for a in settings.listen.https]
         for address, secure in listeners:
-            sock = _bind(address)
+            try:
+                sock = _bind(address, "listen.https" if secure else "listen.http")
+            except ListenError:
+                for _, bound in self._servers:
+                    for s in bound:
+                        s.close()
+                raise
             self.ports[address] = sock.getsockname()[1]
             options: dict[str, Any] = {}
             if secure:

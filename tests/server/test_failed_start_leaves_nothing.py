@@ -1,6 +1,8 @@
 """A start of ``xinserve serve`` that cannot serve (its gRPC port or its metrics port is taken)
 exits 3 with a message naming the address, and creates no data directory, key or audit
-database: the listeners bind before the audit log is opened.
+database: the listeners are probed before the engine is imported, and bind before the audit
+log is opened. A start the audit log refuses (exit 6) removes the key and directories it
+created, and keeps a key an earlier start made (service.start_footprint).
 
 The gRPC port is held by a grpc server with grpc's default options, which turn
 ``SO_REUSEPORT`` on under Linux: a second server that left it on too would share the port
@@ -9,6 +11,7 @@ silently instead of failing.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import socket
 import subprocess
@@ -21,11 +24,14 @@ from pathlib import Path
 import grpc
 import pytest
 
-from service.config import load_settings
+from service.app import AuditOpenFailed, Server
+from service.config import Settings, load_settings
 from service.frontend import Frontend, ListenError
 from service.reload import authenticator_for
 from service.runtime import Runtime
+from service.start_footprint import StartFootprint
 from tests.conftest import REPO, TINY
+from trust.server_key import ensure_server_key
 
 _CLI = "import sys; from service.cli import main; sys.exit(main(sys.argv[1:]))"
 
@@ -77,7 +83,7 @@ def finish(proc: subprocess.Popen[str]) -> tuple[int, str]:
 
 
 def test_a_start_whose_port_is_taken_exits_3_and_creates_no_data_dir(tmp_path: Path) -> None:
-    # Both starts run at once (each imports the engine, which takes most of their time).
+    # Both starts run at once; the listener probe refuses them before the engine import.
     grpc_case = tmp_path / "grpc" / "fresh" / "data"
     metrics_case = tmp_path / "metrics" / "fresh" / "data"
     with grpc_server_holding_a_port() as port, socket_holding_a_port() as metrics_port:
@@ -120,3 +126,80 @@ async def test_frontend_refuses_a_port_another_grpc_server_holds(tmp_path: Path)
             Frontend(Runtime(settings), settings, authenticator_for(settings), "cpu")
     assert str(err.value).startswith(f"cannot listen on 127.0.0.1:{port} (listen.plaintext)")
     assert not (tmp_path / "data").exists()
+
+
+def _fresh_start(tmp_path: Path, **audit: object) -> Settings:
+    """A start on the fresh data directory ``tmp_path/fresh/data`` (nothing there yet)."""
+    return load_settings(
+        overrides={
+            "data_dir": str(tmp_path / "fresh" / "data"),
+            "listen": {"plaintext": ["127.0.0.1:0"]},
+            "metrics_listen": None,
+            "builtin_models": [TINY],
+            "audit": {"node_id": "refused-start", **audit},
+        }
+    )
+
+
+def _files(root: Path) -> dict[str, bytes | None]:
+    """Every path under ``root`` with its content (None for a directory)."""
+    return {str(p.relative_to(root)): (p.read_bytes() if p.is_file() else None) for p in sorted(root.rglob("*"))}
+
+
+@pytest.mark.asyncio(loop_scope="session")
+async def test_a_start_whose_audit_store_cannot_be_created_leaves_no_key(tmp_path: Path) -> None:
+    # The database's directory cannot be made (a file is in the way; this holds for root too).
+    blocker = tmp_path / "not-a-directory"
+    blocker.write_bytes(b"")
+    settings = _fresh_start(tmp_path, path=str(blocker / "audit.db"))
+    with pytest.raises(AuditOpenFailed) as err:
+        await Server.create(settings)
+    assert err.value.exit_code == 6
+    assert str(err.value).startswith("the audit log cannot be opened: "), str(err.value)
+    fresh = tmp_path / "fresh"
+    assert not fresh.exists(), sorted(_files(fresh))
+
+
+@pytest.mark.asyncio(loop_scope="session")
+async def test_a_bad_content_key_refuses_the_start_before_the_key_is_made(tmp_path: Path) -> None:
+    # content_capture's key is read only when the audit log opens.
+    content_key = tmp_path / "content.key"
+    content_key.write_text("not an SM4 key\n")
+    settings = _fresh_start(tmp_path, content_capture=True, content_key_path=str(content_key))
+    with pytest.raises(AuditOpenFailed, match="SM4 content key"):
+        await Server.create(settings)
+    fresh = tmp_path / "fresh"
+    assert not fresh.exists(), sorted(_files(fresh))
+
+
+@pytest.mark.asyncio(loop_scope="session")
+async def test_a_refused_start_keeps_the_key_an_earlier_start_made(tmp_path: Path) -> None:
+    data_dir = tmp_path / "fresh" / "data"
+    ensure_server_key(data_dir / "keys" / "server-sm2.pem")
+    before = _files(tmp_path / "fresh")
+    blocker = tmp_path / "not-a-directory"
+    blocker.write_bytes(b"")
+    with pytest.raises(AuditOpenFailed):
+        await Server.create(_fresh_start(tmp_path, path=str(blocker / "audit.db")))
+    assert _files(tmp_path / "fresh") == before
+
+
+def test_nothing_is_removed_while_another_process_holds_the_audit_database(tmp_path: Path) -> None:
+    settings = _fresh_start(tmp_path)
+    footprint = StartFootprint.note(settings)
+    key, db = settings.audit.signing_key_path, settings.audit.path
+    assert key is not None
+    # What another start made meanwhile, and the writer lock it holds (as audit.stores.sqlite).
+    for path in (key, db, db.with_name(db.name + ".lock")):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"")
+    fd = os.open(db.with_name(db.name + ".lock"), os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        assert footprint.remove_created() == []
+        assert key.exists() and db.exists()
+    finally:
+        os.close(fd)
+    removed = footprint.remove_created()
+    assert key in removed and db in removed
+    assert not (tmp_path / "fresh").exists(), sorted(_files(tmp_path / "fresh"))
