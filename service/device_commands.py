@@ -54,7 +54,7 @@ def _kinds_present() -> list[str]:
 
 
 def _devices(args: argparse.Namespace) -> int:
-    if args.timeout <= 0 or args.timeout > 600:
+    if not 0 < args.timeout <= 600:  # also refuses NaN, which compares false
         print("xinserve devices: --timeout must be in (0, 600] seconds", file=sys.stderr)
         return EXIT_USAGE
     devices: list[Device] = []

@@ -2,6 +2,8 @@
 
 import json
 
+import pytest
+
 from service.cli import main
 
 
@@ -26,8 +28,9 @@ def test_devices_missing_tool_is_reported_with_exit_1(capsys, fake_tools):
     )
 
 
-def test_devices_bad_timeout(capsys):
-    assert main(["devices", "--timeout", "0"]) == 2
+@pytest.mark.parametrize("value", ["0", "-1", "601", "inf", "nan"])
+def test_devices_bad_timeout(capsys, value):
+    assert main(["devices", "--timeout", value]) == 2
     assert "--timeout" in capsys.readouterr().err
 
 
