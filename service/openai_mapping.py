@@ -5,6 +5,11 @@ The OpenAI front end runs the same operations as gRPC (``service.inference``) on
 messages built here, so validation, limits and engine behaviour are the same. Field
 violations come back with the contract's paths (``sampling_params.top_p``) and are renamed
 to the OpenAI field (``top_p``) by ``openai_param``.
+
+Structured output comes from one of: the contract-named fields ``json_schema``, ``regex``,
+``choice``, ``grammar``, ``json_object``; vLLM's ``structured_outputs`` object; chat's
+``response_format``. More than one is INVALID_ARGUMENT naming them all (over gRPC the
+``structured_output`` oneof admits one). ``lora_name`` selects a LoRA adapter as over gRPC.
 """
 
 from __future__ import annotations
@@ -15,7 +20,15 @@ import struct
 import time
 from typing import Any
 
-from service.openai_schemas import SAMPLING_EXTRAS, ChatBody, ChatMessage, CompletionBody, EmbeddingBody, _Sampling
+from service.openai_schemas import (
+    SAMPLING_EXTRAS,
+    STRUCTURED_EXTRAS,
+    ChatBody,
+    ChatMessage,
+    CompletionBody,
+    EmbeddingBody,
+    _Sampling,
+)
 from service.sampling_fields import REPEATED_SCALARS
 from service.status import FieldViolation, invalid_argument
 from xinserve.v1 import common_pb2, inference_pb2, sampling_pb2
@@ -31,9 +44,22 @@ _FINISH: dict[int, str] = {
 # Contract field paths whose OpenAI name differs (prefix "sampling_params." is dropped first).
 _RENAMED = {
     "inputs": "input",
-    "json_schema": "response_format",
-    "json_object": "response_format",
     "prompt_token_ids": "prompt",
+}
+# vLLM's request fields removed in vLLM 0.12 → the field that replaces each here.
+_REMOVED = {
+    "guided_json": "json_schema",
+    "guided_regex": "regex",
+    "guided_choice": "choice",
+    "guided_grammar": "grammar",
+}
+# vLLM's structured_outputs keys → the contract's structured_output members.
+_VLLM_STRUCTURED = {
+    "json": "json_schema",
+    "regex": "regex",
+    "choice": "choice",
+    "grammar": "grammar",
+    "json_object": "json_object",
 }
 
 
@@ -45,6 +71,8 @@ def openai_param(field: str, chat: bool = False) -> str:
         return "top_logprobs"
     if head.startswith("inputs"):
         return "input" + (sep + rest if sep else "")
+    if chat and head == "json_schema" and name != field:  # as the engine names response_format's schema
+        return "response_format" + (sep + rest if sep else "")
     return _RENAMED.get(head, head) + (sep + rest if sep else "")
 
 
@@ -84,7 +112,53 @@ def _sampling(body: _Sampling, max_tokens: int | None) -> sampling_pb2.SamplingP
                 _refuse(name, "has an element out of range for the field")
         else:
             _assign(sp, name, value)
+    if extra.get("lora_name") is not None:
+        sp.lora_name = extra["lora_name"]
     return sp
+
+
+def _structured_sources(body: _Sampling) -> list[tuple[str, str, Any]]:
+    """The structured-output constraints a body gives, as ``(request field, contract
+    member, value)``: the contract-named fields, then vLLM's ``structured_outputs`` members
+    (``structured_outputs.regex``). null is absent. Refuses vLLM's removed ``guided_*``
+    fields and ``structured_outputs`` keys other than its constraints."""
+    extra = body.model_extra or {}
+    for old, new in _REMOVED.items():
+        if extra.get(old) is not None:
+            _refuse(old, f"was removed in vLLM 0.12 and is not supported; use {new} instead")
+    found = [(name, name, extra[name]) for name in STRUCTURED_EXTRAS if extra.get(name) is not None]
+    vllm = extra.get("structured_outputs")
+    if vllm is not None:
+        given = [key for key, value in vllm.items() if value is not None]
+        for key in given:
+            if key not in _VLLM_STRUCTURED:
+                _refuse(
+                    f"structured_outputs.{key[:64]}",
+                    "is not supported; give one of json, regex, choice, grammar or json_object "
+                    "(or the top-level json_schema, regex, choice, grammar or json_object)",
+                )
+        if not given:
+            _refuse("structured_outputs", "needs one of json, regex, choice, grammar or json_object")
+        found.extend((f"structured_outputs.{key}", _VLLM_STRUCTURED[key], vllm[key]) for key in given)
+    return found
+
+
+def _apply_structured(sp: sampling_pb2.SamplingParams, found: list[tuple[str, str, Any]]) -> None:
+    """Set the ``structured_output`` member of ``sp`` from at most one constraint (a JSON
+    Schema object is serialised to the contract's JSON text); several are INVALID_ARGUMENT
+    naming each, as vLLM refuses more than one kind of constraint."""
+    if len(found) > 1:
+        names = ", ".join(field for field, _, _ in found)
+        _refuse(found[0][0], f"at most one structured-output field may be given, got {names}")
+    for field, member, value in found:
+        if value == "":  # named as the request gave it (the contract's check would say json_schema)
+            _refuse(field, "must not be empty")
+        if member == "choice":
+            sp.choice.choices.extend(value)
+        elif member == "json_schema" and not isinstance(value, str):
+            sp.json_schema = json.dumps(value, ensure_ascii=False)
+        else:
+            setattr(sp, member, value)
 
 
 def _assign(sp: sampling_pb2.SamplingParams, name: str, value: Any, field: str | None = None) -> None:
@@ -101,7 +175,8 @@ def completion_request(body: CompletionBody, request_id: str) -> inference_pb2.G
 
     Raises:
         RpcError: INVALID_ARGUMENT for what this server cannot honour (several prompts,
-            ``echo``, ``suffix``, ``best_of`` other than ``n``).
+            ``echo``, ``suffix``, ``best_of`` other than ``n``), for more than one
+            structured-output field, and for vLLM's removed ``guided_*`` fields.
     """
     if body.echo:
         _refuse("echo", "is not supported")
@@ -110,6 +185,7 @@ def completion_request(body: CompletionBody, request_id: str) -> inference_pb2.G
     if body.best_of is not None and body.best_of != (body.n or 1):
         _refuse("best_of", "is not supported (it must equal n)")
     sp = _sampling(body, body.max_tokens)
+    _apply_structured(sp, _structured_sources(body))
     if body.logprobs is not None:
         _assign(sp, "logprobs", body.logprobs)
     req = inference_pb2.GenerateRequest(model=body.model, sampling_params=sp, request_id=request_id)
@@ -169,7 +245,9 @@ def chat_request(body: ChatBody, request_id: str) -> inference_pb2.ChatRequest:
 
     Raises:
         RpcError: INVALID_ARGUMENT for tools, functions, audio, ``top_logprobs`` without
-            ``logprobs``, or a message without ``content`` (``messages[i].content``).
+            ``logprobs``, a message without ``content`` (``messages[i].content``), more
+            than one structured-output field (``response_format`` counting as one), and
+            vLLM's removed ``guided_*`` fields.
     """
     for name in ("tools", "functions"):
         if getattr(body, name):
@@ -184,14 +262,16 @@ def chat_request(body: ChatBody, request_id: str) -> inference_pb2.ChatRequest:
         _assign(sp, "logprobs", body.top_logprobs or 0, field="top_logprobs")
     elif body.top_logprobs is not None:
         _refuse("top_logprobs", "needs logprobs: true")
+    found = _structured_sources(body)
     fmt = body.response_format
     if fmt is not None and fmt.type == "json_object":
-        sp.json_object = True
+        found.append(("response_format", "json_object", True))
     elif fmt is not None and fmt.type == "json_schema":
         if fmt.json_schema is None or fmt.json_schema.schema_ is None:
             _refuse("response_format", "json_schema.schema is required")
         else:
-            sp.json_schema = json.dumps(fmt.json_schema.schema_, ensure_ascii=False)
+            found.append(("response_format", "json_schema", fmt.json_schema.schema_))
+    _apply_structured(sp, found)
     messages = [_message(i, m) for i, m in enumerate(body.messages)]
     return inference_pb2.ChatRequest(model=body.model, messages=messages, sampling_params=sp, request_id=request_id)
 

@@ -5,13 +5,25 @@ Fields OpenAI defines are typed here and validated in pydantic's strict mode, as
 API checks them: a value of another JSON type is refused, never converted (``"n": "2"``,
 ``"stream": 1`` and ``"max_tokens": true`` are 400s), except that an integer is a number
 (``"temperature": 1``) and ``null`` is accepted for every optional field. Other fields are
-kept (``model_extra``): those named like a ``xinserve.v1.SamplingParams`` field that OpenAI
-does not define (vLLM's extra sampling parameters such as ``top_k``, ``min_p``,
-``repetition_penalty``; ``SAMPLING_EXTRAS``) are typed from the contract's descriptor,
-validated as strictly, and applied; any other unknown field is ignored, as vLLM's and
-OpenAI-compatible servers do. Fields this server cannot honour (tools, ``echo``, ``suffix``,
-``best_of`` > 1, audio) are refused by ``service.openai_mapping``, never silently dropped.
-Every string of a body, typed field or not, must be valid Unicode (``lone_surrogate``).
+kept (``model_extra``). Those named like a ``xinserve.v1.SamplingParams`` field that OpenAI
+does not define are vLLM's extra parameters, typed from the contract's descriptor, validated
+as strictly, and applied by ``service.openai_mapping``:
+
+- the optional and repeated scalars (``top_k``, ``min_p``, ``repetition_penalty``,
+  ``stop_token_ids``, ...; ``SAMPLING_EXTRAS``);
+- the ``structured_output`` members (``STRUCTURED_EXTRAS``): ``regex`` and ``grammar``
+  (strings), ``json_schema`` (a JSON Schema as an object, or as JSON text), ``json_object``
+  (a boolean) and ``choice`` (an array of strings); at most one of them, and none together
+  with chat's ``response_format`` of type ``json_object``/``json_schema``;
+- ``lora_name`` (a string; an adapter not configured for the model is a 404);
+- vLLM's ``structured_outputs`` object (``StructuredOutputs``: ``json``, ``regex``,
+  ``choice``, ``grammar``, ``json_object``), the same constraints under vLLM's names.
+
+vLLM's removed ``guided_*`` fields and the ``structured_outputs`` options this server cannot
+honour are refused, naming the field to use instead. Any other unknown field is ignored, as
+vLLM's and OpenAI-compatible servers do. Fields this server cannot honour (tools, ``echo``,
+``suffix``, ``best_of`` > 1, audio) are refused by ``service.openai_mapping``, never silently
+dropped. Every string of a body, typed field or not, must be valid Unicode (``lone_surrogate``).
 """
 
 from __future__ import annotations
@@ -24,7 +36,7 @@ from google.protobuf.descriptor import FieldDescriptor
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 from pydantic_core import ErrorDetails
 
-from service.sampling_fields import OPTIONAL_SCALARS, REPEATED_SCALARS
+from service.sampling_fields import OPTIONAL_SCALARS, REPEATED_SCALARS, STRUCTURED_OUTPUT
 from service.status import FieldViolation, invalid_argument
 from xinserve.v1 import sampling_pb2
 
@@ -172,12 +184,49 @@ def _extra_type(name: str) -> Any:
     return (list[scalar] if field.is_repeated else scalar) | None  # type: ignore[valid-type]
 
 
-_EXTRA_FIELDS: dict[str, Any] = {name: (_extra_type(name), None) for name in SAMPLING_EXTRAS}
+def _structured_type(name: str) -> Any:
+    """The JSON type of a ``structured_output`` member: its scalar's, an array of strings
+    for ``choice`` (a ``ChoiceList``), and an object or a string for ``json_schema`` (vLLM
+    takes a schema as either; the contract holds its JSON text)."""
+    field = sampling_pb2.SamplingParams.DESCRIPTOR.fields_by_name[name]
+    if name == "json_schema":
+        return dict[str, Any] | str | None
+    if field.type == FieldDescriptor.TYPE_MESSAGE:
+        return list[str] | None
+    return _SCALAR_TYPES[field.type] | None
+
+
+class StructuredOutputs(_Body):
+    """vLLM's ``structured_outputs`` request object (``vllm.sampling_params.
+    StructuredOutputsParams``): exactly one constraint, ``json`` (a JSON Schema, object or
+    JSON text), ``regex``, ``choice`` (array of strings), ``grammar`` or ``json_object``.
+    Its other keys (``disable_any_whitespace``, ``structural_tag``, ...) are kept and
+    refused by ``service.openai_mapping``."""
+
+    json_: dict[str, Any] | str | None = Field(default=None, alias="json")
+    regex: str | None = None
+    choice: list[str] | None = None
+    grammar: str | None = None
+    json_object: bool | None = None
+
+
+STRUCTURED_EXTRAS: tuple[str, ...] = STRUCTURED_OUTPUT
+"""The ``structured_output`` members accepted as extra request fields by their contract
+name (``json_schema``, ``regex``, ``choice``, ``grammar``, ``json_object``)."""
+
+_EXTRA_FIELDS: dict[str, Any] = {
+    **{name: (_extra_type(name), None) for name in SAMPLING_EXTRAS},
+    **{name: (_structured_type(name), None) for name in STRUCTURED_EXTRAS},
+    "lora_name": (str | None, None),
+    "structured_outputs": (StructuredOutputs | None, None),
+}
 SamplingExtras: type[BaseModel] = create_model(
     "SamplingExtras", __config__=ConfigDict(extra="ignore", strict=True), **_EXTRA_FIELDS
 )
-"""The ``SAMPLING_EXTRAS`` of a request body, typed as the contract declares them (an
-``int32`` is an integer, a ``float`` a number, a ``repeated int32`` an array of integers)."""
+"""The contract-named extra fields of a request body (``SAMPLING_EXTRAS``,
+``STRUCTURED_EXTRAS``, ``lora_name``) and ``structured_outputs``, typed as the contract
+declares them (an ``int32`` is an integer, a ``float`` a number, a ``repeated int32`` an
+array of integers, ``choice`` an array of strings)."""
 
 
 # -- parsing ------------------------------------------------------------------------------
@@ -309,7 +358,7 @@ def _violations(path: str, value: Any, errors: Sequence[_Located]) -> list[Field
 
 def parse_body(cls: type[_B], data: Any) -> _B:
     """Validate a parsed JSON request body as ``cls`` (strictly, as OpenAI does), including
-    the ``SAMPLING_EXTRAS`` of a completions or chat body.
+    the contract-named extra fields of a completions or chat body (``SamplingExtras``).
 
     Raises:
         RpcError: INVALID_ARGUMENT naming each bad field by its JSON path in the request
