@@ -29,6 +29,8 @@ from service.policy import AccessPolicy
 from service.runtime import Runtime
 from service.status import RpcError
 from service.validation import (
+    REQUEST_ID,
+    REQUEST_ID_RULE,
     Violations,
     check_chat_messages,
     check_model_name,
@@ -437,12 +439,17 @@ class Inference:
         return inference_pb2.DetokenizeResponse(text=text)
 
     async def abort(self, request: inference_pb2.AbortRequest, info: CallRecord) -> inference_pb2.AbortResponse:
-        """Abort a running request of the caller's (or anyone's, for a role that may act for others)."""
+        """Abort a running request of the caller's (or anyone's, for a role that may act for others).
+
+        Raises:
+            RpcError: INVALID_ARGUMENT naming ``request_id`` when it is empty or not a request
+                id (``validation.REQUEST_ID``: 1..128 printable ASCII characters, no spaces).
+        """
         v = Violations()
         if not request.request_id:
             v.add("request_id", "is required")
-        elif len(request.request_id) > 128:
-            v.add("request_id", "is longer than 128 characters")
+        elif not REQUEST_ID.match(request.request_id):
+            v.add("request_id", REQUEST_ID_RULE)
         v.raise_if_any()
         info.request_id = request.request_id
         running = self.active.get(request.request_id)

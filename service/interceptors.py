@@ -22,6 +22,7 @@ from service.call_context import CallRecord
 from service.call_core import CallCore, Started, Transport
 from service.status import FieldViolation, RpcError, invalid_argument
 from service.tracing import trace_id_from
+from service.validation import REQUEST_ID
 
 __all__ = ["CallPipeline", "GrpcCallContext", "trace_id_from"]
 
@@ -35,9 +36,12 @@ ADMITTED = frozenset(
         "/xinserve.v1.InferenceService/Chat",
         "/xinserve.v1.InferenceService/ChatStream",
         "/xinserve.v1.InferenceService/Embed",
+        "/xinserve.v1.InferenceService/Tokenize",
+        "/xinserve.v1.InferenceService/Detokenize",
     }
 )
-"""The inference calls that pass drain and admission."""
+"""The inference calls that pass drain and admission (every call that runs engine or
+tokenizer work on a client's input; ``Abort`` and the model, server and audit services do not)."""
 
 
 class _Malformed:
@@ -74,6 +78,13 @@ def transport_of(context: grpc.aio.ServicerContext) -> Transport:
     return Transport("grpc", context.peer() or "", headers, auth)
 
 
+def request_id_metadata(call: CallRecord) -> tuple[tuple[str, str], ...]:
+    """The call's request id as response metadata (``x-request-id``); nothing when the record
+    holds no valid request id (``validation.REQUEST_ID``), which grpc would refuse to send."""
+    rid = call.request_id
+    return ((REQUEST_ID_KEY, rid),) if rid and REQUEST_ID.match(rid) else ()
+
+
 class GrpcCallContext:
     """The ``ServicerContext`` handed to xinserve's servicers: the real one, plus ``call``
     (the call's ``CallRecord``). Every other attribute is the real context's."""
@@ -90,10 +101,10 @@ class GrpcCallContext:
         """Send the call's request id as header metadata (once)."""
         if not self._header_sent:
             self._header_sent = True
-            await self._context.send_initial_metadata(((REQUEST_ID_KEY, self.call.request_id or ""),))
+            await self._context.send_initial_metadata(request_id_metadata(self.call))
 
     def set_request_id_trailer(self) -> None:
-        self._context.set_trailing_metadata(((REQUEST_ID_KEY, self.call.request_id or ""),))
+        self._context.set_trailing_metadata(request_id_metadata(self.call))
 
 
 def _cancel_code(context: grpc.aio.ServicerContext) -> Callable[[], grpc.StatusCode]:
@@ -148,7 +159,7 @@ class CallPipeline(grpc.aio.ServerInterceptor):
     async def _abort(self, ctx: GrpcCallContext, err: RpcError) -> None:
         with contextlib.suppress(Exception):  # the header cannot go out (call ending): the trailer carries the id
             await ctx.send_request_id()
-        await err.abort(ctx._context, trailing=((REQUEST_ID_KEY, ctx.call.request_id or ""),))
+        await err.abort(ctx._context, trailing=request_id_metadata(ctx.call))
 
     def _unknown_method(self, method: str):
         """A handler for a method no service implements: UNIMPLEMENTED, audited like any call
@@ -176,11 +187,12 @@ class CallPipeline(grpc.aio.ServerInterceptor):
                 async with self._core.run(started, admitted=method in ADMITTED, cancel_code=_cancel_code(context)):
                     _check_parsed(request)
                     response = await behavior(request, ctx)
+                    # Inside the call: a header that cannot be sent is the call's outcome.
+                    await ctx.send_request_id()
+                    ctx.set_request_id_trailer()
             except RpcError as err:
                 await self._abort(ctx, err)
                 raise AssertionError("unreachable") from None  # abort raises
-            await ctx.send_request_id()
-            ctx.set_request_id_trailer()
             return response
 
         return wrapped
@@ -194,10 +206,10 @@ class CallPipeline(grpc.aio.ServerInterceptor):
                     async for item in behavior(request, ctx):
                         await ctx.send_request_id()
                         yield item
+                    await ctx.send_request_id()
+                    ctx.set_request_id_trailer()
             except RpcError as err:
                 await self._abort(ctx, err)
                 return
-            await ctx.send_request_id()
-            ctx.set_request_id_trailer()
 
         return wrapped

@@ -17,9 +17,9 @@ from service.sampling_fields import OPTIONAL_SCALARS
 from service.status import FieldViolation, invalid_argument
 from xinserve.v1 import sampling_pb2
 
-REQUEST_ID = re.compile(r"^[\x21-\x7e]{1,128}$")
+REQUEST_ID = re.compile(r"[\x21-\x7e]{1,128}\Z")
 REQUEST_ID_RULE = "must be sent once, 1..128 printable ASCII characters without spaces"
-"""A request id: 1..128 printable ASCII characters, no spaces."""
+"""A request id (use ``match``): 1..128 printable ASCII characters, no spaces, nothing after."""
 _CHAT_ROLES = frozenset({"system", "user", "assistant", "tool"})
 _INT64_MAX = 2**63 - 1
 
