@@ -111,12 +111,24 @@ async def test_one_record_per_call_for_each_outcome(api, live_server):
         pass
     cases[streamed] = "OK"
 
-    await asyncio.sleep(0.5)  # the cancelled call's record is written after the client left
+    # The cancelled and timed-out calls' records are written after their clients left: wait for
+    # every call's final record (a condition, not a fixed pause; generous for a loaded machine).
+    for _ in range(600):
+        found = {r: await records_for(live_server, r, since) for r in cases}
+        if all(recs and recs[-1].event == "rpc" for recs in found.values()):
+            break
+        await asyncio.sleep(0.1)
     for request_id, outcome in cases.items():
         recs = await records_for(live_server, request_id, since)
         # A call that reached the engine has its begin record first (written before output).
+        # The 0.3 s deadline may strike before the call reaches the engine on a loaded machine:
+        # then there is no begin record, which the protocol allows.
         begun = outcome not in ("INVALID_ARGUMENT", "NOT_FOUND")
-        assert [r.event for r in recs[:-1]] == (["rpc_begin"] if begun else []), (request_id, recs)
+        events = [r.event for r in recs[:-1]]
+        if outcome == "DEADLINE_EXCEEDED":
+            assert events in ([], ["rpc_begin"]), (request_id, recs)
+        else:
+            assert events == (["rpc_begin"] if begun else []), (request_id, recs)
         recs = recs[-1:]
         assert recs[0].outcome == outcome
         assert recs[0].event == "rpc"
