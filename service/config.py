@@ -287,6 +287,9 @@ class LimitsSettings(_Model):
     tokenize), checked before tokenizing: a far larger text cannot fit any context anyway."""
     max_http_body_bytes: int = Field(default=16 * 1024 * 1024, ge=1024)
     """Largest HTTP request body of the OpenAI-compatible API (413 past it)."""
+    http_body_timeout_s: float = Field(default=30.0, gt=0, le=3600)
+    """Seconds an OpenAI-compatible API request body may take to arrive in full (408 past it,
+    connection closed); read before admission, so a slow body never holds an admission slot."""
     max_logprob_entries: int = Field(default=131072, ge=1)
     """Most log-probability entries one generation request may ask for (INVALID_ARGUMENT past
     it, naming ``sampling_params.logprobs`` or ``prompt_logprobs``): n x (logprobs + 1) x

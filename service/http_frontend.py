@@ -164,7 +164,8 @@ class HttpFrontend:
     Args:
         core: the call core shared with the gRPC front end.
         inference: the inference operations shared with it.
-        settings: listeners, TLS files, ``limits.max_http_body_bytes``.
+        settings: listeners, TLS files, ``limits.max_http_body_bytes`` and
+            ``limits.http_body_timeout_s``.
 
     Raises:
         TlsMaterialError: with ``listen.https``, a TLS file cannot be read, is not PEM of its
@@ -176,7 +177,8 @@ class HttpFrontend:
     def __init__(self, core: CallCore, inference: Inference, settings: Settings) -> None:
         if settings.listen.https:
             load_tls_material(settings.tls)
-        self.app = OpenAIRoutes(core, inference, settings.limits.max_http_body_bytes).app()
+        limits = settings.limits
+        self.app = OpenAIRoutes(core, inference, limits.max_http_body_bytes, limits.http_body_timeout_s).app()
         self.ports: dict[str, int] = {}
         self._servers: list[tuple[uvicorn.Server, list[socket.socket]]] = []
         self._tasks: list[asyncio.Task[Any]] = []

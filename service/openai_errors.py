@@ -38,6 +38,9 @@ METHOD_NOT_ALLOWED = "METHOD_NOT_ALLOWED"
 """``ErrorInfo`` reason of a known path called with another HTTP method (HTTP 405)."""
 UNSUPPORTED_MEDIA_TYPE = "UNSUPPORTED_MEDIA_TYPE"
 """``ErrorInfo`` reason of a request body that is not declared ``application/json`` (HTTP 415)."""
+REQUEST_TIMEOUT = "REQUEST_TIMEOUT"
+"""``ErrorInfo`` reason of a request body not received within ``limits.http_body_timeout_s``
+(DEADLINE_EXCEEDED, HTTP 408 as RFC 9110 section 15.5.9 defines it)."""
 
 
 def http_error(err: RpcError, *, chat: bool = False) -> tuple[int, dict[str, Any], dict[str, str]]:
@@ -49,6 +52,8 @@ def http_error(err: RpcError, *, chat: bool = False) -> tuple[int, dict[str, Any
         status, kind = 405, "invalid_request_error"
     elif err.reason == UNSUPPORTED_MEDIA_TYPE:
         status, kind = 415, "invalid_request_error"
+    elif err.reason == REQUEST_TIMEOUT:
+        status, kind = 408, "invalid_request_error"
     param = openai_param(err.violations[0].field, chat) if err.violations else None
     message = err.message
     if err.violations:

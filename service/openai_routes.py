@@ -8,7 +8,11 @@ Events ending in ``data: [DONE]``; ``stream_options.include_usage`` adds a usage
 else 503) and ``GET /health/live`` (200 while the process runs); neither is audited.
 A POST body must be declared ``Content-Type: application/json`` (else 415) and is validated
 as strictly as OpenAI's API does (``service.openai_schemas``); a known path called with
-another method is 405 with ``Allow``, any other path 404.
+another method is 405 with ``Allow``, any other path 404. The body's bytes are received
+before admission, at most ``limits.max_http_body_bytes`` (else 413) within
+``limits.http_body_timeout_s`` seconds (else 408, connection closed; uvicorn has no timeout
+of its own for a request body), so a slow client never holds an admission slot; a client
+that disconnects while sending it is recorded as CANCELLED.
 
 Each call is one record in the audit log with method ``openai/<endpoint>`` (e.g.
 ``openai/chat.completions``), counted by the same admission as gRPC, and answered with its
@@ -30,7 +34,7 @@ import grpc
 from grpc_health.v1 import health_pb2
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
@@ -38,7 +42,13 @@ from starlette.types import Receive, Scope, Send
 from service.call_context import CallRecord
 from service.call_core import CallCore, Started, Transport
 from service.inference import Inference
-from service.openai_errors import METHOD_NOT_ALLOWED, REQUEST_TOO_LARGE, UNSUPPORTED_MEDIA_TYPE, http_error
+from service.openai_errors import (
+    METHOD_NOT_ALLOWED,
+    REQUEST_TIMEOUT,
+    REQUEST_TOO_LARGE,
+    UNSUPPORTED_MEDIA_TYPE,
+    http_error,
+)
 from service.openai_mapping import (
     StreamChunks,
     chat_request,
@@ -125,16 +135,18 @@ def _finite_float(text: str) -> float:
     return value
 
 
-async def _read_json(request: Request, limit: int) -> Any:
-    """The request body as JSON, at most ``limit`` bytes, every string valid Unicode.
+async def _read_body(request: Request, limit: int, timeout_s: float) -> bytes:
+    """The request body's bytes, at most ``limit``, received in full within ``timeout_s``
+    seconds. Nothing is read from a body not declared as JSON (its call is refused with 415).
 
     Raises:
-        RpcError: UNSUPPORTED_MEDIA_TYPE (415) when not declared as JSON,
-            RESOURCE_EXHAUSTED/REQUEST_TOO_LARGE (413) or INVALID_ARGUMENT (not JSON, or a
-            string with a lone surrogate, named by its JSON path; NaN, Infinity or a number
-            too large for a double).
+        RpcError: RESOURCE_EXHAUSTED/REQUEST_TOO_LARGE (413), DEADLINE_EXCEEDED/REQUEST_TIMEOUT
+            (408) or CANCELLED/CLIENT_DISCONNECTED (the client went away while sending it).
     """
-    _json_content_type(request)
+    try:
+        _json_content_type(request)
+    except RpcError:
+        return b""
     declared = request.headers.get("content-length")
     too_large = RpcError(
         grpc.StatusCode.RESOURCE_EXHAUSTED, f"the request body exceeds {limit} bytes", REQUEST_TOO_LARGE
@@ -142,10 +154,34 @@ async def _read_json(request: Request, limit: int) -> Any:
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise too_large
     body = bytearray()
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > limit:
-            raise too_large
+    try:
+        async with asyncio.timeout(timeout_s):
+            async for chunk in request.stream():
+                body += chunk
+                if len(body) > limit:
+                    raise too_large
+    except TimeoutError:
+        raise RpcError(
+            grpc.StatusCode.DEADLINE_EXCEEDED,
+            f"the request body was not received within {timeout_s:g} seconds",
+            REQUEST_TIMEOUT,
+        ) from None
+    except ClientDisconnect:
+        raise RpcError(
+            grpc.StatusCode.CANCELLED, "the client disconnected while sending the request body", "CLIENT_DISCONNECTED"
+        ) from None
+    return bytes(body)
+
+
+def _parse_json(request: Request, body: bytes) -> Any:
+    """The request body as JSON, every string valid Unicode.
+
+    Raises:
+        RpcError: UNSUPPORTED_MEDIA_TYPE (415) when not declared as JSON, INVALID_ARGUMENT
+            (not JSON, or a string with a lone surrogate, named by its JSON path; NaN,
+            Infinity or a number too large for a double).
+    """
+    _json_content_type(request)
     try:
         data = json.loads(body, parse_constant=_no_constant, parse_float=_finite_float)
     except _NonFiniteNumber:
@@ -243,13 +279,16 @@ class OpenAIRoutes:
         core: the call core shared with the gRPC front end.
         inference: the inference operations.
         max_body_bytes: largest request body (``limits.max_http_body_bytes``).
+        body_timeout_s: seconds a request body may take to arrive in full
+            (``limits.http_body_timeout_s``).
     """
 
-    def __init__(self, core: CallCore, inference: Inference, max_body_bytes: int) -> None:
+    def __init__(self, core: CallCore, inference: Inference, max_body_bytes: int, body_timeout_s: float = 30.0) -> None:
         self.core = core
         self.ops = inference
         self.runtime: Runtime = core.runtime
         self.max_body = max_body_bytes
+        self.body_timeout_s = body_timeout_s
 
     def app(self) -> Starlette:
         """The ASGI app. A path no route matches is Starlette's 404, a known path called with
@@ -279,7 +318,20 @@ class OpenAIRoutes:
     @staticmethod
     def _error(err: RpcError, record: CallRecord, chat: bool = False) -> JSONResponse:
         status, body, headers = http_error(err, chat=chat)
+        if status == 408:  # the rest of the body may still arrive: the connection cannot be reused
+            headers = {**headers, "connection": "close"}
         return JSONResponse(body, status, {**headers, REQUEST_ID_HEADER: record.request_id or ""})
+
+    async def _receive(self, request: Request, started: Started) -> bytes | RpcError:
+        """The body's bytes (``_read_body``), or the error that refuses the call: received
+        before the call is admitted, so waiting for a slow client holds no admission slot.
+        Nothing is read for a caller whose identity was already refused."""
+        if started.refusal is not None:
+            return b""
+        try:
+            return await _read_body(request, self.max_body, self.body_timeout_s)
+        except RpcError as err:
+            return err
 
     @staticmethod
     def _ok(body: Any, record: CallRecord) -> JSONResponse:
@@ -295,9 +347,14 @@ class OpenAIRoutes:
         """Run a unary call through the core: ``operation(record, json_body)`` (the body is
         None for GET)."""
         started = self.core.begin(method, self._transport(request))
+        raw = await self._receive(request, started) if request.method == "POST" else b""
         try:
-            async with self.core.run(started, admitted=admitted, cancel_code=_cancelled) as record:
-                data = await _read_json(request, self.max_body) if request.method == "POST" else None
+            # A body that did not arrive is refused after identity and authorization, unadmitted.
+            admit = admitted and not isinstance(raw, RpcError)
+            async with self.core.run(started, admitted=admit, cancel_code=_cancelled) as record:
+                if isinstance(raw, RpcError):
+                    raise raw
+                data = _parse_json(request, raw) if request.method == "POST" else None
                 body = await _unless_disconnected(request, operation(record, data))
         except RpcError as err:
             return self._error(err, started.record)
@@ -400,9 +457,14 @@ class OpenAIRoutes:
         """One dict (the reply) for a unary request; SSE strings for a stream. Errors before
         the first item raise ``RpcError``; later ones become an error event."""
         sent = False
+        raw = await self._receive(request, started)
         try:
-            async with self.core.run(started, admitted=True, cancel_code=_cancelled) as record:
-                data = await _read_json(request, self.max_body)
+            # A body that did not arrive is refused after identity and authorization, unadmitted.
+            admit = not isinstance(raw, RpcError)
+            async with self.core.run(started, admitted=admit, cancel_code=_cancelled) as record:
+                if isinstance(raw, RpcError):
+                    raise raw
+                data = _parse_json(request, raw)
                 body: ChatBody | CompletionBody = (
                     parse_body(ChatBody, data) if chat else parse_body(CompletionBody, data)
                 )
