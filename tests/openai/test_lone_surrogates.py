@@ -10,16 +10,11 @@ goes on the wire); the engines are fakes (the refusal happens before any engine 
 
 from __future__ import annotations
 
-import asyncio
-
 import httpx
 import pytest
 
-from audit import QueryFilter
-from audit.records import decode_record
-from service.runtime import Runtime
 from tests.server.fake_engine import FakeEngine
-from tests.server.fake_http import http_over_fake_engines
+from tests.server.fake_http import http_over_fake_engines, rpc_records
 
 ASYNC = pytest.mark.asyncio(loop_scope="session")
 
@@ -57,19 +52,6 @@ async def http_port(tmp_path):
         yield served
 
 
-async def _audit_record(runtime: Runtime, request_id: str):
-    """The call's audit record (it may be appended just after the reply is sent)."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + 60
-    while True:
-        rows = await runtime.audit.log.query(QueryFilter(event="rpc"))
-        found = [r for r in (decode_record(row.body)[2] for row in rows) if r.request_id == request_id]
-        if found:
-            return found
-        assert loop.time() < deadline, f"no audit record for {request_id}"
-        await asyncio.sleep(0.05)
-
-
 @ASYNC
 @pytest.mark.parametrize("case", list(CASES))
 async def test_lone_surrogate_is_a_400_naming_the_field(http_port, case):
@@ -88,7 +70,7 @@ async def test_lone_surrogate_is_a_400_naming_the_field(http_port, case):
     assert error["code"] == "invalid_argument"
     assert error["param"] == param
     assert "surrogate" in error["message"]
-    (record,) = await _audit_record(runtime, request_id)
+    (record,) = await rpc_records(runtime, request_id)
     assert record.outcome == "INVALID_ARGUMENT"
 
 
@@ -105,5 +87,5 @@ async def test_a_surrogate_pair_is_one_valid_character(http_port):
         )
     assert reply.status_code == 200, reply.text
     assert reply.json()["choices"][0]["text"] == "x"
-    (record,) = await _audit_record(runtime, "surrogate-pair")
+    (record,) = await rpc_records(runtime, "surrogate-pair")
     assert record.outcome == "OK"

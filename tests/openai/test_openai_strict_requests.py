@@ -14,7 +14,6 @@ accepted requests only need an engine that answers.
 
 from __future__ import annotations
 
-import asyncio
 import json
 from typing import Any
 
@@ -23,11 +22,8 @@ import openai
 import pytest
 import pytest_asyncio
 
-from audit import QueryFilter
-from audit.records import decode_record
-from service.runtime import Runtime
 from tests.server.fake_engine import FakeEngine
-from tests.server.fake_http import http_over_fake_engines
+from tests.server.fake_http import http_over_fake_engines, rpc_records
 
 ASYNC = pytest.mark.asyncio(loop_scope="session")
 
@@ -43,19 +39,6 @@ async def served(tmp_path_factory):
     engines = [FakeEngine("m"), FakeEngine("e", "embed")]
     async with http_over_fake_engines(tmp_path_factory.mktemp("strict"), engines) as (port, runtime):
         yield f"http://127.0.0.1:{port}", runtime
-
-
-async def _audit_records(runtime: Runtime, request_id: str) -> list:
-    """The call's audit records (``rpc`` events; one may be appended just after the reply)."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + 60
-    while True:
-        rows = await runtime.audit.log.query(QueryFilter(event="rpc"))
-        found = [r for r in (decode_record(row.body)[2] for row in rows) if r.request_id == request_id]
-        if found:
-            return found
-        assert loop.time() < deadline, f"no audit record for {request_id}"
-        await asyncio.sleep(0.05)
 
 
 def _refusal(reply: httpx.Response, status: int, request_id: str) -> dict[str, Any]:
@@ -185,7 +168,7 @@ async def test_a_value_of_the_wrong_json_type_is_a_400_naming_field_and_type(ser
     error = _refusal(reply, 400, request_id)
     assert error["param"] == param
     assert f"{param}: {words}" in error["message"]
-    (record,) = await _audit_records(runtime, request_id)
+    (record,) = await rpc_records(runtime, request_id)
     assert record.outcome == "INVALID_ARGUMENT"
 
 
@@ -278,7 +261,7 @@ async def test_a_body_not_declared_json_is_a_415(served, endpoint, case):
     error = _refusal(reply, 415, request_id)
     assert (error["code"], error["param"]) == ("unsupported_media_type", "content-type")
     assert "must be application/json" in error["message"]
-    (record,) = await _audit_records(runtime, request_id)
+    (record,) = await rpc_records(runtime, request_id)
     assert record.outcome == "INVALID_ARGUMENT"
 
 
@@ -381,7 +364,7 @@ async def test_a_malformed_chat_message_is_a_400_naming_it(served, case):
     error = _refusal(reply, 400, request_id)
     assert error["param"] == param
     assert words in error["message"]
-    (record,) = await _audit_records(runtime, request_id)
+    (record,) = await rpc_records(runtime, request_id)
     assert record.outcome == "INVALID_ARGUMENT"
 
 
@@ -408,7 +391,7 @@ async def test_a_known_path_with_another_method_is_a_405_with_allow(served, case
     error = _refusal(reply, 405, request_id)
     assert error["code"] == "method_not_allowed"
     assert allowed in [m.strip() for m in reply.headers["allow"].split(",")]
-    (record,) = await _audit_records(runtime, request_id)
+    (record,) = await rpc_records(runtime, request_id)
     assert (record.method, record.outcome) == ("openai/unknown", "UNIMPLEMENTED")
 
 
@@ -422,7 +405,7 @@ async def test_an_unknown_path_is_still_an_audited_404(served, path):
     assert reply.status_code == 404, reply.text[:500]
     assert reply.headers["x-request-id"] == request_id
     assert reply.json()["error"]["type"] == "not_found_error"
-    (record,) = await _audit_records(runtime, request_id)
+    (record,) = await rpc_records(runtime, request_id)
     assert (record.method, record.outcome) == ("openai/unknown", "NOT_FOUND")
 
 
@@ -461,5 +444,5 @@ async def test_nan_infinity_and_overflowing_numbers_are_a_400(served, case):
     error = _refusal(reply, 400, request_id)
     assert error["param"] == "body"
     assert "NaN, Infinity or a number beyond a double" in error["message"]
-    (record,) = await _audit_records(runtime, request_id)
+    (record,) = await rpc_records(runtime, request_id)
     assert record.outcome == "INVALID_ARGUMENT"

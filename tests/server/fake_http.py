@@ -3,10 +3,13 @@ tests of the HTTP layer that need no real vLLM engine."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
+from audit import QueryFilter
+from audit.records import AuditRecord, decode_record
 from service.app import open_audit
 from service.config import load_settings
 from service.frontend import Frontend
@@ -44,3 +47,17 @@ async def http_over_fake_engines(tmp_path: Path, engines: list[FakeEngine]) -> A
         for engine in engines:
             await engine.shutdown()
         await runtime.audit.close()
+
+
+async def rpc_records(runtime: Runtime, request_id: str, wait_s: float = 60.0) -> list[AuditRecord]:
+    """The ``rpc`` audit records of the call ``request_id``, waiting up to ``wait_s`` seconds for
+    the first (a call's record may be appended just after its reply is sent)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + wait_s
+    while True:
+        rows = await runtime.audit.log.query(QueryFilter(event="rpc"))
+        found = [r for r in (decode_record(row.body)[2] for row in rows) if r.request_id == request_id]
+        if found:
+            return found
+        assert loop.time() < deadline, f"no audit record for {request_id}"
+        await asyncio.sleep(0.05)
