@@ -324,12 +324,15 @@ class OpenAIRoutes:
 
     async def _receive(self, request: Request, started: Started) -> bytes | RpcError:
         """The body's bytes (``_read_body``), or the error that refuses the call: received
-        before the call is admitted, so waiting for a slow client holds no admission slot.
-        Nothing is read for a caller whose identity was already refused."""
+        before the call is admitted, so waiting for a slow client holds no admission slot, and
+        counted by ``Admission.receiving`` (at most as many bodies as admission can hold, else
+        RESOURCE_EXHAUSTED, 429). Nothing is read for a caller whose identity was already
+        refused."""
         if started.refusal is not None:
             return b""
         try:
-            return await _read_body(request, self.max_body, self.body_timeout_s)
+            with self.runtime.admission.receiving():
+                return await _read_body(request, self.max_body, self.body_timeout_s)
         except RpcError as err:
             return err
 

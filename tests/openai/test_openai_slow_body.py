@@ -21,11 +21,9 @@ from typing import Any
 import httpx
 import pytest
 
-from audit import QueryFilter
-from audit.records import decode_record
 from service.runtime import Runtime
 from tests.server.fake_engine import FakeEngine
-from tests.server.fake_http import http_over_fake_engines
+from tests.server.fake_http import http_over_fake_engines, rpc_records
 
 ASYNC = pytest.mark.asyncio(loop_scope="session")
 
@@ -112,25 +110,12 @@ async def _response(reader: asyncio.StreamReader) -> tuple[int, dict[str, str], 
     return int(status_line.split()[1]), headers, json.loads(body)
 
 
-async def _audit_records(runtime: Runtime, request_id: str) -> list:
-    """The call's audit records (``rpc`` events), waiting for the first to be written."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + WAIT_S
-    while True:
-        rows = await runtime.audit.log.query(QueryFilter(event="rpc"))
-        found = [r for r in (decode_record(row.body)[2] for row in rows) if r.request_id == request_id]
-        if found:
-            return found
-        assert loop.time() < deadline, f"no audit record for {request_id}"
-        await asyncio.sleep(0.05)
-
-
 @ASYNC
 async def test_stalled_bodies_hold_no_admission_slot(tmp_path):
-    # More stalled clients than admission has slots and queue places together: were any of
-    # them admitted while its body is pending, the normal request would be refused (429) or
-    # wait behind them for ever.
-    stalled_count = MAX_IN_FLIGHT + MAX_QUEUE + 1
+    # As many stalled clients as admission has slots and queue places, but one: were they
+    # admitted while their bodies are pending, the normal request would wait behind them for
+    # ever (the bodies being received are bounded too: see the next test).
+    stalled_count = MAX_IN_FLIGHT + MAX_QUEUE - 1
     async with _served(tmp_path, body_timeout_s=600) as (port, runtime):
         stalled = [await _stall(port, f"stalled-{i}") for i in range(stalled_count)]
         try:
@@ -141,7 +126,7 @@ async def test_stalled_bodies_hold_no_admission_slot(tmp_path):
                     headers={"x-request-id": "normal"},
                 )
             assert reply.status_code == 200, reply.text[:500]
-            (record,) = await _audit_records(runtime, "normal")
+            (record,) = await rpc_records(runtime, "normal", WAIT_S)
             assert record.outcome == "OK"
             assert runtime.admission.in_flight == 0
             assert runtime.admission.queued == 0
@@ -154,6 +139,48 @@ async def test_stalled_bodies_hold_no_admission_slot(tmp_path):
                 assert headers["x-request-id"] == f"stalled-{i}"
                 assert body["object"] == "text_completion"
             assert runtime.admission.in_flight == 0
+        finally:
+            for _, writer in stalled:
+                await _close(writer)
+
+
+@ASYNC
+async def test_bodies_received_before_admission_are_bounded(tmp_path):
+    # Bodies received before admission are buffered in memory: at most as many as admission
+    # can hold (in flight + queued) at once; one more is refused at once, 429 with Retry-After.
+    bound = MAX_IN_FLIGHT + MAX_QUEUE
+    async with _served(tmp_path, body_timeout_s=600) as (port, runtime):
+        stalled = [await _stall(port, f"held-{i}") for i in range(bound)]
+        try:
+            for _ in range(int(WAIT_S / 0.05)):
+                if runtime.admission.receiving_bodies == bound:
+                    break
+                await asyncio.sleep(0.05)
+            assert runtime.admission.receiving_bodies == bound
+            async with httpx.AsyncClient(timeout=WAIT_S) as http:
+                reply = await http.post(
+                    f"http://127.0.0.1:{port}/v1/completions",
+                    json={"model": "m", "prompt": "hi", "max_tokens": 1},
+                    headers={"x-request-id": "one-too-many"},
+                )
+                assert reply.status_code == 429, reply.text[:500]
+                assert reply.headers["retry-after"].isdigit()
+                assert reply.json()["error"]["code"] == "body_reception_full"
+                (record,) = await rpc_records(runtime, "one-too-many", WAIT_S)
+                assert record.outcome == "RESOURCE_EXHAUSTED"
+                assert runtime.admission.in_flight == 0
+                # One stalled client goes away: its place is free again.
+                await _close(stalled.pop()[1])
+                for _ in range(int(WAIT_S / 0.05)):
+                    if runtime.admission.receiving_bodies < bound:
+                        break
+                    await asyncio.sleep(0.05)
+                reply = await http.post(
+                    f"http://127.0.0.1:{port}/v1/completions",
+                    json={"model": "m", "prompt": "hi", "max_tokens": 1},
+                    headers={"x-request-id": "room-again"},
+                )
+                assert reply.status_code == 200, reply.text[:500]
         finally:
             for _, writer in stalled:
                 await _close(writer)
@@ -176,7 +203,7 @@ async def test_a_stalled_body_is_answered_408_and_audited(tmp_path):
             assert await asyncio.wait_for(reader.read(), WAIT_S) == b""
         finally:
             await _close(writer)
-        (record,) = await _audit_records(runtime, "slow-body")
+        (record,) = await rpc_records(runtime, "slow-body", WAIT_S)
         assert record.outcome == "DEADLINE_EXCEEDED"
         assert record.method == "openai/completions"
         assert runtime.admission.in_flight == 0
@@ -191,7 +218,7 @@ async def test_a_client_that_disconnects_mid_body_is_recorded_cancelled(tmp_path
         writer.write(_head(request_id, endpoint) + PARTIAL)
         await writer.drain()
         await _close(writer)
-        (record,) = await _audit_records(runtime, request_id)
+        (record,) = await rpc_records(runtime, request_id, WAIT_S)
         assert record.outcome == "CANCELLED"
         assert record.method == f"openai/{endpoint}"
         assert runtime.admission.in_flight == 0
@@ -216,6 +243,6 @@ async def test_a_body_over_the_limit_is_still_a_413_and_audited(tmp_path, declar
             )
         assert reply.status_code == 413, reply.text[:500]
         assert reply.json()["error"]["code"] == "request_too_large"
-        (record,) = await _audit_records(runtime, request_id)
+        (record,) = await rpc_records(runtime, request_id, WAIT_S)
         assert record.outcome == "RESOURCE_EXHAUSTED"
         assert runtime.admission.in_flight == 0
