@@ -37,7 +37,7 @@ from service.config import Settings
 from service.engine_watch import EngineWatch
 from service.frontend import Frontend
 from service.http_frontend import HttpFrontend
-from service.listen_probe import listen_error
+from service.listen_probe import listen_error, split_address
 from service.logs import get_logger
 from service.model_metrics import export_runtime
 from service.model_verification import copies_root, verify_and_load
@@ -382,9 +382,9 @@ def start_metrics_listener(address: str) -> WSGIServer:
     Raises:
         ListenError: the address cannot be bound.
     """
-    host, _, port = address.rpartition(":")
+    host, port = split_address(address)
     try:
-        httpd, _ = start_http_server(int(port), addr=host.strip("[]"))
+        httpd, _ = start_http_server(port, addr=host)
     except OSError as exc:
         raise listen_error(address, "metrics_listen", exc) from None
     return httpd

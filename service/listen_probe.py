@@ -67,17 +67,30 @@ def split_address(address: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
-@contextmanager
-def _bound(family: int, sockaddr: Any, *, v6only: bool | None = None) -> Iterator[socket.socket]:
-    """A TCP socket of ``family`` with ``SO_REUSEADDR`` bound to ``sockaddr``, closed on exit.
+def _bind(family: int, sockaddr: Any, *, v6only: bool | None = None) -> socket.socket:
+    """A TCP socket of ``family`` with ``SO_REUSEADDR`` bound to ``sockaddr`` (not listening);
+    the caller owns it. ``v6only`` sets ``IPV6_V6ONLY`` (None: the system default).
 
-    ``v6only`` sets ``IPV6_V6ONLY`` (None: the system default). Raises OSError."""
+    Raises:
+        OSError: the address cannot be bound (the socket is closed again).
+    """
     sock = socket.socket(family, socket.SOCK_STREAM)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         if v6only is not None:
             sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, int(v6only))
         sock.bind(sockaddr)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+@contextmanager
+def _bound(family: int, sockaddr: Any, *, v6only: bool | None = None) -> Iterator[socket.socket]:
+    """``_bind``'s socket, closed on exit. Raises OSError."""
+    sock = _bind(family, sockaddr, v6only=v6only)
+    try:
         yield sock
     finally:
         sock.close()
@@ -93,15 +106,7 @@ def http_socket(address: str) -> socket.socket:
             resolve).
     """
     host, port = split_address(address)
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((host, port))
-    except BaseException:
-        sock.close()
-        raise
-    return sock
+    return _bind(socket.AF_INET6 if ":" in host else socket.AF_INET, (host, port))
 
 
 def _probe_http(address: str) -> None:

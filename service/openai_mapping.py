@@ -22,14 +22,13 @@ from typing import Any
 
 from service.openai_schemas import (
     SAMPLING_EXTRAS,
-    STRUCTURED_EXTRAS,
     ChatBody,
     ChatMessage,
     CompletionBody,
     EmbeddingBody,
     _Sampling,
 )
-from service.sampling_fields import REPEATED_SCALARS
+from service.sampling_fields import REPEATED_SCALARS, STRUCTURED_OUTPUT
 from service.status import FieldViolation, invalid_argument
 from xinserve.v1 import common_pb2, inference_pb2, sampling_pb2
 
@@ -126,7 +125,7 @@ def _structured_sources(body: _Sampling) -> list[tuple[str, str, Any]]:
     for old, new in _REMOVED.items():
         if extra.get(old) is not None:
             _refuse(old, f"was removed in vLLM 0.12 and is not supported; use {new} instead")
-    found = [(name, name, extra[name]) for name in STRUCTURED_EXTRAS if extra.get(name) is not None]
+    found = [(name, name, extra[name]) for name in STRUCTURED_OUTPUT if extra.get(name) is not None]
     vllm = extra.get("structured_outputs")
     if vllm is not None:
         given = [key for key, value in vllm.items() if value is not None]

@@ -283,7 +283,7 @@ class OpenAIRoutes:
             (``limits.http_body_timeout_s``).
     """
 
-    def __init__(self, core: CallCore, inference: Inference, max_body_bytes: int, body_timeout_s: float = 30.0) -> None:
+    def __init__(self, core: CallCore, inference: Inference, max_body_bytes: int, body_timeout_s: float) -> None:
         self.core = core
         self.ops = inference
         self.runtime: Runtime = core.runtime

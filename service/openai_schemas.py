@@ -11,7 +11,7 @@ as strictly, and applied by ``service.openai_mapping``:
 
 - the optional and repeated scalars (``top_k``, ``min_p``, ``repetition_penalty``,
   ``stop_token_ids``, ...; ``SAMPLING_EXTRAS``);
-- the ``structured_output`` members (``STRUCTURED_EXTRAS``): ``regex`` and ``grammar``
+- the ``structured_output`` members (``sampling_fields.STRUCTURED_OUTPUT``): ``regex`` and ``grammar``
   (strings), ``json_schema`` (a JSON Schema as an object, or as JSON text), ``json_object``
   (a boolean) and ``choice`` (an array of strings); at most one of them, and none together
   with chat's ``response_format`` of type ``json_object``/``json_schema``;
@@ -210,13 +210,9 @@ class StructuredOutputs(_Body):
     json_object: bool | None = None
 
 
-STRUCTURED_EXTRAS: tuple[str, ...] = STRUCTURED_OUTPUT
-"""The ``structured_output`` members accepted as extra request fields by their contract
-name (``json_schema``, ``regex``, ``choice``, ``grammar``, ``json_object``)."""
-
 _EXTRA_FIELDS: dict[str, Any] = {
     **{name: (_extra_type(name), None) for name in SAMPLING_EXTRAS},
-    **{name: (_structured_type(name), None) for name in STRUCTURED_EXTRAS},
+    **{name: (_structured_type(name), None) for name in STRUCTURED_OUTPUT},
     "lora_name": (str | None, None),
     "structured_outputs": (StructuredOutputs | None, None),
 }
@@ -224,7 +220,7 @@ SamplingExtras: type[BaseModel] = create_model(
     "SamplingExtras", __config__=ConfigDict(extra="ignore", strict=True), **_EXTRA_FIELDS
 )
 """The contract-named extra fields of a request body (``SAMPLING_EXTRAS``,
-``STRUCTURED_EXTRAS``, ``lora_name``) and ``structured_outputs``, typed as the contract
+``sampling_fields.STRUCTURED_OUTPUT``, ``lora_name``) and ``structured_outputs``, typed as the contract
 declares them (an ``int32`` is an integer, a ``float`` a number, a ``repeated int32`` an
 array of integers, ``choice`` an array of strings)."""
 

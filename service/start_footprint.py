@@ -19,7 +19,7 @@ files, so the next start reuses them.
 Another start at the same moment may have created the same paths (two first starts on one data
 directory): the caller does not remove anything when the audit log refused because another
 writer holds the chain (``WriterConflict``), and for SQLite the removal runs under the
-database's writer lock (``flock`` on ``<audit.path>.lock``, as ``audit.stores.sqlite``) and is
+database's writer lock (``flock`` on ``audit.stores.sqlite.writer_lock_path``) and is
 skipped while another process holds it. With PostgreSQL, only the key and its directories are
 local; two first starts sharing one key path, one refused for another reason than the chain
 lock, can still remove the key the other one created.
@@ -36,9 +36,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from audit.config import StoreKind
+from audit.stores.sqlite import writer_lock_path
 from service.config import Settings
 from service.logs import get_logger
 from trust.demo import DEMO_DIRNAME
+from trust.server_key import public_key_path
 
 log = get_logger("xinserve.server")
 
@@ -77,11 +79,11 @@ class StartFootprint:
         groups: list[list[Path]] = []
         if cfg.signing_key_path is not None:
             key = cfg.signing_key_path
-            groups.append([key, key.with_name(key.name.removesuffix(".pem") + ".pub.pem")])
+            groups.append([key, public_key_path(key)])
         lock_file = None
         if cfg.store is StoreKind.SQLITE:
             db = cfg.path
-            lock_file = db.with_name(db.name + ".lock")
+            lock_file = writer_lock_path(db)
             groups.append([db, *(db.with_name(db.name + s) for s in ("-wal", "-shm", "-journal")), lock_file])
         absent_files: list[Path] = []
         for main, *companions in groups:

@@ -15,6 +15,13 @@ from trust.key_files import check_private_file
 from trust.sm2 import Sm2PrivateKey
 
 
+def public_key_path(key_path: str | os.PathLike[str]) -> Path:
+    """Where the public half of the server key at ``key_path`` is written: ``<name>.pub.pem``
+    beside it (``server-sm2.pem`` → ``server-sm2.pub.pem``)."""
+    path = Path(key_path)
+    return path.with_name(path.name.removesuffix(".pem") + ".pub.pem")
+
+
 def ensure_server_key(
     path: str | os.PathLike[str], password: bytes | None = None, *, allow_insecure: bool = False
 ) -> Sm2PrivateKey:
@@ -40,6 +47,5 @@ def ensure_server_key(
         return Sm2PrivateKey.from_pem(key_path.read_bytes(), password=password)
     with os.fdopen(fd, "wb") as fh:
         fh.write(key.to_pem(password=password))
-    pub = key_path.with_name(key_path.name.removesuffix(".pem") + ".pub.pem")
-    pub.write_bytes(key.public_key().to_pem())
+    public_key_path(key_path).write_bytes(key.public_key().to_pem())
     return key

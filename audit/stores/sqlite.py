@@ -66,6 +66,12 @@ _SELECT_COLS = (
 )
 
 
+def writer_lock_path(path: Path) -> Path:
+    """The writer lock file of the database at ``path`` (``<db>.lock``, ``flock``-ed by the
+    process that appends to it)."""
+    return path.with_name(path.name + ".lock")
+
+
 def _private_file(path: Path) -> None:
     """Create ``path`` 0600 (in a directory made 0700) before SQLite opens it; tighten an existing
     database (and its ``-wal``/``-shm`` files) that its group or others can access. SQLite gives
@@ -156,8 +162,7 @@ class SqliteStore(Store):
             raise _wrap(exc) from exc
 
     def lock_writer(self, chain: str) -> None:
-        lock_path = str(self.path) + ".lock"
-        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+        fd = os.open(writer_lock_path(self.path), os.O_RDWR | os.O_CREAT, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
