@@ -125,7 +125,10 @@ class CallCore:
         )
         structlog.contextvars.bind_contextvars(request_id=record.request_id, trace_id=record.trace_id)
         request_id_ok = rid is None or (record.request_id == rid and len(rids) == 1)
-        authorizations = headers.get("authorization", ())
+        # Without a token file there is no token to check: a presented Authorization header is
+        # ignored on every front end (OpenAI SDKs always send an API key; vLLM's server ignores it
+        # without --api-key), and the caller is identified by its certificate or as anonymous.
+        authorizations = headers.get("authorization", ()) if self.authenticator.tokens else ()
         peer_key = f"peer:{peer_host(transport.peer)}"
         refusal: RpcError | None = None
         try:

@@ -68,17 +68,10 @@ connection by ``service.http_frontend``."""
 REQUEST_ID_HEADER = "x-request-id"
 
 
-def transport_of(request: Request, ignore_authorization: bool = False) -> Transport:
-    """The call core's view of an HTTP request: headers (every value), peer, client cert.
-
-    ``ignore_authorization`` drops the ``Authorization`` header: OpenAI SDKs always send an
-    API key, so without a token file it is ignored (as vLLM's server does without
-    ``--api-key``) instead of refused as an unknown token.
-    """
+def transport_of(request: Request) -> Transport:
+    """The call core's view of an HTTP request: headers (every value), peer, client cert."""
     headers: dict[str, list[str]] = {}
     for key, value in request.headers.items():
-        if ignore_authorization and key.lower() == "authorization":
-            continue
         headers.setdefault(key.lower(), []).append(value)
     client = request.client
     peer = ""
@@ -313,7 +306,7 @@ class OpenAIRoutes:
     # -- helpers ---------------------------------------------------------------------------
 
     def _transport(self, request: Request) -> Transport:
-        return transport_of(request, ignore_authorization=not self.core.authenticator.tokens)
+        return transport_of(request)
 
     @staticmethod
     def _error(err: RpcError, record: CallRecord, chat: bool = False) -> JSONResponse:
