@@ -7,7 +7,6 @@ from collections.abc import Callable
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1.health import aio as health_aio
-from grpc_reflection.v1alpha import reflection
 
 from service.attestation_servicer import AttestationServicer
 from service.audit_servicer import AuditServicer
@@ -20,6 +19,7 @@ from service.interceptors import CallPipeline
 from service.listen_probe import ListenError
 from service.model_servicer import ModelServicer
 from service.policy import AccessPolicy
+from service.reflection import enable_reflection
 from service.runtime import Runtime
 from service.server_servicer import ServerServicer
 from service.tls_material import TlsMaterial, load_tls_material
@@ -135,9 +135,8 @@ class Frontend:
                 audit_pb2.DESCRIPTOR.services_by_name["AuditService"].full_name,
                 attestation_pb2.DESCRIPTOR.services_by_name["AttestationService"].full_name,
                 health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
-                reflection.SERVICE_NAME,
             ]
-            reflection.enable_server_reflection(names, self.server)
+            enable_reflection(names, self.server)
         self.ports: dict[str, int] = {}
         for address in settings.listen.plaintext:
             self.ports[address] = _bound(self.server.add_insecure_port, address, "listen.plaintext")
