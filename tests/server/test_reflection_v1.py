@@ -53,9 +53,8 @@ async def test_both_reflection_versions_list_and_describe_the_services(tmp_path,
             names = {s.name for s in listed.list_services_response.service}
             assert {"xinserve.v1.InferenceService", "grpc.health.v1.Health", V1_SERVICE_NAME} <= names
             assert V1ALPHA_SERVICE_NAME in names
-            described = await _ask(
-                channel, method, reflection_pb2.ServerReflectionRequest(file_containing_symbol="xinserve.v1.InferenceService")
-            )
+            symbol = reflection_pb2.ServerReflectionRequest(file_containing_symbol="xinserve.v1.InferenceService")
+            described = await _ask(channel, method, symbol)
             files = [
                 descriptor_pb2.FileDescriptorProto.FromString(raw)
                 for raw in described.file_descriptor_response.file_descriptor_proto
