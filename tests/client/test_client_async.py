@@ -141,6 +141,7 @@ async def test_control_calls(aclient):
     assert (await aclient.get_model("all-MiniLM-L6-v2")).manifest_digest == "sm3:00ff"
     assert (await aclient.load()).running == 0
     assert await aclient.health() == "SERVING"
+    assert await aclient.health("no.such.Service") == "SERVICE_UNKNOWN"
     assert (await aclient.check_compatibility()).min_client_revision == 1
     ids = await aclient.tokenize(TINY, "ok")
     assert await aclient.detokenize(TINY, ids.token_ids) == "ok"

@@ -257,8 +257,7 @@ def test_models_server_info_load_health(client):
     assert client.load().running == 0
     assert client.health() == "SERVING"
     assert client.health("xinserve.v1.InferenceService") == "SERVING"
-    with pytest.raises(NotFoundError):
-        client.health("no.such.Service")
+    assert client.health("no.such.Service") == "SERVICE_UNKNOWN"
 
 
 def test_tokenize_detokenize_abort(client, stand_in):

@@ -32,7 +32,7 @@ from ._common import (
     decode_health_response,
     encode_health_request,
 )
-from .errors import from_rpc_error
+from .errors import NotFoundError, from_rpc_error
 
 T = TypeVar("T")
 
@@ -536,11 +536,14 @@ class AsyncXinserveClient(_ClientBase):
             service: ``""`` for the whole server, or e.g. ``"xinserve.v1.InferenceService"``.
 
         Returns:
-            ``"SERVING"``, ``"NOT_SERVING"``, ``"SERVICE_UNKNOWN"`` or ``"UNKNOWN"``.
+            ``"SERVING"``, ``"NOT_SERVING"``, ``"UNKNOWN"``, or ``"SERVICE_UNKNOWN"`` when the
+            server does not know ``service`` (the health protocol answers that with NOT_FOUND).
 
         Raises:
-            NotFoundError: the server does not know ``service``.
             UnavailableError: the server cannot be reached.
         """
         kwargs, rid = self._call_args(timeout=timeout, control=True, metadata=metadata)
-        return str(await self._unary(self._health, service, kwargs, rid))
+        try:
+            return str(await self._unary(self._health, service, kwargs, rid))
+        except NotFoundError:
+            return "SERVICE_UNKNOWN"
