@@ -1,5 +1,5 @@
-"""JSON logs render an exception as structured data (not ``<traceback object at …>``), and
-Prometheus exports each model's state and the build's versions."""
+"""Logs name an exception by its type chain (frames only at debug level), never by its message,
+and Prometheus exports each model's state and the build's versions."""
 
 from __future__ import annotations
 
@@ -16,28 +16,50 @@ from service.runtime import ModelEntry, ModelState
 from tests.conftest import REPO
 
 _LOG_BOTH = """
-import logging, structlog
+import logging, sys, structlog
 from service import logs
-logs.configure("json", "info")
+logs.configure(sys.argv[1], sys.argv[2])
 try:
-    raise RuntimeError("engine core died")
+    try:
+        raise KeyError("SECRET-PROMPT-TEXT /srv/models/private")
+    except KeyError as inner:
+        raise RuntimeError("engine core died: SECRET-PROMPT-TEXT") from inner
 except RuntimeError:
     logging.getLogger("vllm.v1.engine").error("from the stdlib", exc_info=True)
     structlog.get_logger("xinserve.test").error("from structlog", exc_info=True)
 """
 
 
-def test_json_log_renders_exc_info_as_structured_exception():
+def _log(log_format: str, level: str) -> str:
     result = subprocess.run(
-        [sys.executable, "-c", _LOG_BOTH], cwd=REPO, capture_output=True, text=True, timeout=120, check=True
+        [sys.executable, "-c", _LOG_BOTH, log_format, level],
+        cwd=REPO, capture_output=True, text=True, timeout=120, check=True,
     )
-    lines = [json.loads(line) for line in result.stderr.splitlines() if line.startswith("{")]
-    assert {line["event"] for line in lines} == {"from the stdlib", "from structlog"}, result.stderr
+    assert "SECRET-PROMPT-TEXT" not in result.stderr and "/srv/models" not in result.stderr, result.stderr
+    assert "traceback object" not in result.stderr
+    return result.stderr
+
+
+def test_json_log_names_an_exception_chain_by_type_without_its_message_or_frames():
+    lines = [json.loads(line) for line in _log("json", "info").splitlines() if line.startswith("{")]
+    assert {line["event"] for line in lines} == {"from the stdlib", "from structlog"}
     for line in lines:
-        assert "traceback object" not in json.dumps(line)
-        (exc,) = line["exception"]
-        assert exc["exc_type"] == "RuntimeError" and exc["exc_value"] == "engine core died"
-        assert exc["frames"] and all("locals" not in f for f in exc["frames"])
+        assert line["exception"] == [{"type": "builtins.RuntimeError"}, {"type": "builtins.KeyError"}]
+
+
+def test_json_log_at_debug_adds_the_frames_but_never_the_message():
+    lines = [json.loads(line) for line in _log("json", "debug").splitlines() if line.startswith("{")]
+    assert {line["event"] for line in lines} >= {"from the stdlib", "from structlog"}
+    for line in (x for x in lines if x["event"] in ("from the stdlib", "from structlog")):
+        outer, inner = line["exception"]
+        assert (outer["type"], inner["type"]) == ("builtins.RuntimeError", "builtins.KeyError")
+        assert outer["frames"] and set(outer["frames"][0]) == {"filename", "lineno", "name"}
+
+
+def test_console_log_names_the_exception_types_only():
+    text = _log("console", "info")
+    assert text.count("builtins.RuntimeError") == 2 and text.count("caused by builtins.KeyError") == 2
+    assert "Traceback" not in text and 'File "' not in text
 
 
 def test_model_state_gauge_follows_each_model():
