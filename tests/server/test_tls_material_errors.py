@@ -5,7 +5,9 @@ way; ``xinserve serve`` exits 3 with that line and no traceback. No engine neede
 
 from __future__ import annotations
 
+import asyncio
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -116,12 +118,35 @@ async def test_file_gone_after_configuration(tmp_path, pki):
     assert message == "tls.key_file: cannot be read (No such file or directory)"
 
 
+_LOAD = """
+import sys
+from service.config import TlsSettings
+from service.tls_material import TlsMaterialError, load_tls_material
+try:
+    load_tls_material(TlsSettings(cert_file=sys.argv[1], key_file=sys.argv[2]))
+except TlsMaterialError as exc:
+    print(exc)
+"""
+
+
 @ASYNC
 async def test_unreadable_file(tmp_path, pki):
-    if os.geteuid() == 0:
-        pytest.skip("running as root: file permissions do not stop root from reading")
     pki.server_cert.chmod(0)
-    message = await _frontend_error(_settings(tmp_path, pki.server_cert, pki.server_key))
+    if os.geteuid() != 0:
+        message = await _frontend_error(_settings(tmp_path, pki.server_cert, pki.server_key))
+    else:
+        # Root reads any file through CAP_DAC_OVERRIDE/CAP_DAC_READ_SEARCH: check in a child
+        # without them (util-linux setpriv), where file modes bind root as any user.
+        setpriv = shutil.which("setpriv")
+        assert setpriv is not None, "util-linux's setpriv is needed to drop root's file capabilities"
+        argv = [setpriv, "--bounding-set", "-dac_override,-dac_read_search", "--", sys.executable, "-c", _LOAD]
+        result = await asyncio.to_thread(
+            subprocess.run,
+            [*argv, str(pki.server_cert), str(pki.server_key)],
+            cwd=REPO, capture_output=True, text=True, timeout=120, check=False,
+        )
+        assert result.returncode == 0, result.stderr[-2000:]
+        message = result.stdout.strip()
     assert message == "tls.cert_file: cannot be read (Permission denied)"
 
 
