@@ -119,3 +119,15 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     """Bound the interpreter's exit: a thread, pool or child left alive by a test shows up as a
     stack dump on stderr and exit status 1 after ``EXIT_WATCHDOG_S``, never as a silent hang."""
     faulthandler.dump_traceback_later(EXIT_WATCHDOG_S, exit=True, file=sys.__stderr__)
+
+
+ENGINE_FIXTURES = frozenset({"live_server"})
+"""Fixtures that start (or share) the real vLLM engine: a test using one, directly or through
+another fixture, is marked ``engine`` at collection (``scripts/test --quick`` leaves those out)."""
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark ``engine`` every test whose fixture closure includes an ``ENGINE_FIXTURES`` entry."""
+    for item in items:
+        if ENGINE_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.engine)
