@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import grpc
 import structlog
 
-from engine_backends.errors import EngineError
+from engine_backends.errors import EngineDeadError, EngineError
 from service import metrics
 from service.auth import AuthenticationFailed, Authenticator
 from service.call_context import CallRecord, Principal
@@ -313,6 +313,9 @@ class CallCore:
             pass  # nobody to tell; the audit log already reported its own failure
 
     async def _failed(self, record: CallRecord, exc: BaseException) -> RpcError:
+        died = self.runtime.engine_died
+        if isinstance(exc, EngineDeadError) and record.model and died is not None:
+            await died(record.model)
         err = self.to_rpc_error(exc, record)
         try:
             await self.complete(record, err.code, err.message if err.code != grpc.StatusCode.INTERNAL else None)

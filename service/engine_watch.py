@@ -14,7 +14,10 @@ exit, or its output handler stopped). When an engine is dead:
    again). The server does not restart engines itself.
 
 Calls to the dead model get FAILED_PRECONDITION (``MODEL_NOT_SERVABLE``), calls that were
-running in it UNAVAILABLE (``ENGINE_DIED``), neither with a retry hint.
+running in it UNAVAILABLE (``ENGINE_DIED``), neither with a retry hint. A call that finds the
+engine dead before the next check (vLLM's own monitor can lag the process's exit) records the
+death first (``confirm_death``, through ``Runtime.engine_died``), then gets its answer: one
+state, never a READY model whose calls fail.
 """
 
 from __future__ import annotations
@@ -53,10 +56,13 @@ class EngineWatch:
     def start(self) -> EngineWatch:
         if self._task is None:
             self._task = asyncio.create_task(self._run(), name="engine-watch")
+            self._runtime.engine_died = self.confirm_death
         return self
 
     async def stop(self) -> None:
         """Stop watching (before engines are shut down on purpose)."""
+        if self._runtime.engine_died == self.confirm_death:
+            self._runtime.engine_died = None
         task, self._task = self._task, None
         if task is not None:
             task.cancel()
@@ -80,6 +86,16 @@ class EngineWatch:
             await self._died(entry, type(exc.__cause__ or exc).__name__)
             return False
         return True
+
+    async def confirm_death(self, model: str) -> None:
+        """A call found ``model``'s engine dead: record the death now (as a failed check
+        would), so that the state, health and GetModel say so before that call is answered,
+        not only at the next poll. Nothing happens for a model already not READY, or while
+        draining."""
+        entry = self._runtime.models.get(model)
+        if entry is None or entry.state is not ModelState.READY or self._runtime.draining:
+            return
+        await self._died(entry, "EngineDeadError")
 
     async def _died(self, entry: ModelEntry, cause: str) -> None:
         rt = self._runtime

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -130,6 +130,9 @@ class Runtime:
         self.audit: AuditTrail | None = None
         self.tee: TeeHook | None = None
         """The TEE hook (evidence, key release, decrypted copies); set by the server at start."""
+        self.engine_died: Callable[[str], Awaitable[None]] | None = None
+        """Called with a model's name when a call found its engine dead (``EngineDeadError``),
+        before that call is answered; set by ``service.engine_watch.EngineWatch``."""
 
     # -- health ------------------------------------------------------------------------
 

@@ -105,3 +105,51 @@ def test_a_request_the_engine_death_cut_short_gets_no_retry_hint():
     details = dict(err.to_status().trailing_metadata)["grpc-status-details-bin"]
     kinds = [d.type_url.rsplit("/", 1)[-1] for d in status_pb2.Status.FromString(details).details]
     assert kinds == ["google.rpc.ErrorInfo"]
+
+
+class _CallsFailFirst(FakeEngine):
+    """A dead engine whose health check still passes (vLLM's monitor has not seen the
+    engine-core exit yet) while its calls already fail with EngineDeadError."""
+
+    async def check_health(self) -> None:
+        return None
+
+
+@ASYNC
+async def test_a_call_that_finds_the_engine_dead_updates_the_state_before_it_is_answered(tmp_path):
+    settings = load_settings(
+        overrides={"data_dir": str(tmp_path), "listen": {"plaintext": ["127.0.0.1:0"]}, "metrics_listen": None}
+    )
+    runtime = Runtime(settings)
+    runtime.audit = await open_audit(settings)
+    frontend = Frontend(runtime, settings, authenticator_for(settings), "cpu")
+    await frontend.start()
+    engine = _CallsFailFirst("lagging")
+    await engine.start()
+    runtime.add_model(ModelEntry("lagging", "generate", tmp_path, engine))
+    await runtime.mark(runtime.models["lagging"], ModelState.READY)
+    await runtime.set_serving(True)
+    deaths: list[str] = []
+    watch = EngineWatch(runtime, deaths.append, interval_s=3600).start()  # no poll during the test
+    channel = grpc.aio.insecure_channel(f"127.0.0.1:{next(iter(frontend.ports.values()))}")
+    api = stubs(channel)
+    health = health_pb2_grpc.HealthStub(channel)
+    try:
+        engine.dead = True
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await api.inference.Generate(inference_pb2.GenerateRequest(model="lagging", prompt="hi"))
+        assert err.value.code() == grpc.StatusCode.UNAVAILABLE
+        # Answered only after the death was recorded: no window where the model says READY.
+        assert deaths == ["lagging"]
+        model = (await api.models.GetModel(model_pb2.GetModelRequest(name="lagging"))).model
+        assert (model.state, model.state_reason_code) == (model_pb2.MODEL_STATE_FAILED, "engine_died")
+        assert (await health.Check(health_pb2.HealthCheckRequest(service=""))).status == NOT_SERVING
+        with pytest.raises(grpc.aio.AioRpcError) as after:
+            await api.inference.Generate(inference_pb2.GenerateRequest(model="lagging", prompt="hi"))
+        assert after.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    finally:
+        await watch.stop()
+        assert runtime.engine_died is None
+        await channel.close()
+        await frontend.stop(0)
+        await runtime.audit.close()
