@@ -290,6 +290,19 @@ class LimitsSettings(_Model):
     http_body_timeout_s: float = Field(default=30.0, gt=0, le=3600)
     """Seconds an OpenAI-compatible API request body may take to arrive in full (408 past it,
     connection closed); read before admission, so a slow body never holds an admission slot."""
+    max_http_header_bytes: int = Field(default=64 * 1024, ge=1024, le=16 * 1024 * 1024)
+    """Largest OpenAI-compatible API request head (request line and headers together), checked
+    before authentication: 431 past it, connection closed."""
+    http_header_timeout_s: float = Field(default=10.0, gt=0, le=3600)
+    """Seconds a request head may take to arrive after the connection opened or the request
+    began (408 past it, connection closed): an idle or dripping connection is not kept."""
+    max_http_connections: int = Field(default=4096, ge=1)
+    """OpenAI-compatible API connections at once over all HTTP listeners (503 with Retry-After
+    past it); lowered at start to leave 512 descriptors of RLIMIT_NOFILE to gRPC, health
+    probes, the audit store and the engines."""
+    max_http_connections_per_peer: int = Field(default=256, ge=1)
+    """Connections at once from one client address (503 past it). Behind a gateway every
+    connection comes from the gateway's address: raise it there."""
     max_logprob_entries: int = Field(default=131072, ge=1)
     """Most log-probability entries one generation request may ask for (INVALID_ARGUMENT past
     it, naming ``sampling_params.logprobs`` or ``prompt_logprobs``): n x (logprobs + 1) x

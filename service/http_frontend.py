@@ -14,6 +14,10 @@ e.g. ``certificate_verify_failed``, ``peer_did_not_return_a_certificate``) and l
 ``tls_handshake_refused``. The peer address is not known there: Python's ``ssl.SSLObject``,
 which asyncio drives for the handshake, has no link to the connection's transport.
 
+Before a request becomes a call, each connection is bounded (``service.http_connections``):
+request-head size (431), time to send a head (408), connections in all and per client address
+(503); refusals are counted and logged in aggregate, not audited one by one.
+
 A request asking to switch protocols (``Upgrade: h2c``, as the JDK's ``HttpClient`` and
 ``curl --http2`` send on ``http://`` URLs) is served as the HTTP/1.1 request it also is,
 body included, and the connection stays HTTP/1.1: RFC 9110 section 7.8 lets a server
@@ -34,6 +38,13 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from service import metrics
 from service.call_core import CallCore
 from service.config import Settings
+from service.http_connections import (
+    HEADER_TIMEOUT,
+    HEADER_TOO_LARGE,
+    ConnectionGuard,
+    connection_cap,
+    raise_nofile_soft_limit,
+)
 from service.inference import Inference
 from service.listen_probe import ListenError, http_socket, listen_error
 from service.logs import get_logger
@@ -77,23 +88,75 @@ class _ClientCertProtocol(HttpToolsProtocol):
 
     _skipping_head = False
     """True while the fresh parser reads the framing-only head (its callbacks do nothing)."""
+    guard: ConnectionGuard
+    """The listeners' connection bounds (``service.http_connections``); set per front end."""
+    _peer = ""
+    _counted = False
+    _refused = False
+    _in_head = True
+    _head_bytes = 0
+    _head_timer: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
+        self._peer = self.client[0] if self.client else ""
+        reason = self.guard.admit(self._peer)
+        if reason is not None:
+            self._refuse(reason, counted=False)
+            return
+        self._counted = True
+        self._arm_head_timer()
         ssl_object = transport.get_extra_info("ssl_object")
         der = ssl_object.getpeercert(binary_form=True) if ssl_object is not None else None
         if der:
             self.app_state = {**self.app_state, CLIENT_CERT_STATE: ssl.DER_cert_to_PEM_cert(der).encode("ascii")}
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._cancel_head_timer()
+        if self._counted:
+            self._counted = False
+            self.guard.release(self._peer)
+        super().connection_lost(exc)
+
+    def _refuse(self, reason: str, counted: bool = True) -> None:
+        """End the connection with ``reason``'s response (``ConnectionGuard.refusal``)."""
+        if counted:
+            self.guard.refused(reason)
+        self._refused = True
+        self._cancel_head_timer()
+        if not self.transport.is_closing():
+            self.transport.write(ConnectionGuard.refusal(reason))
+            self.transport.close()
+
+    def _arm_head_timer(self) -> None:
+        self._cancel_head_timer()
+        self._head_timer = self.loop.call_later(self.guard.header_timeout_s, self._head_timed_out)
+
+    def _cancel_head_timer(self) -> None:
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
+
+    def _head_timed_out(self) -> None:
+        self._head_timer = None
+        if self._in_head and (self.cycle is None or self.cycle.response_complete):
+            self._refuse(HEADER_TIMEOUT)
 
     def _ignoring_upgrade(self) -> bool:
         """The request being parsed asks for an upgrade that is not served (not websocket)."""
         return bool(self.parser.should_upgrade()) and not self._should_upgrade()
 
     def data_received(self, data: bytes) -> None:
+        if self._refused:
+            return
         self._unset_keepalive_if_required()
+        if self._in_head:
+            self._head_bytes += len(data)
         while True:
             try:
                 self.parser.feed_data(data)
+                if self._in_head and self._head_bytes > self.guard.max_header_bytes and not self._refused:
+                    self._refuse(HEADER_TOO_LARGE)
                 return
             except httptools.HttpParserUpgrade as upgrade:
                 if self._should_upgrade():
@@ -117,6 +180,10 @@ class _ClientCertProtocol(HttpToolsProtocol):
 
     def on_message_begin(self) -> None:
         if not self._skipping_head:
+            if not self._in_head:  # the next request on a kept-alive connection
+                self._in_head = True
+                self._head_bytes = 0
+                self._arm_head_timer()
             super().on_message_begin()
 
     def on_url(self, url: bytes) -> None:
@@ -131,6 +198,8 @@ class _ClientCertProtocol(HttpToolsProtocol):
         if self._skipping_head:
             self._skipping_head = False
         else:
+            self._in_head = False
+            self._cancel_head_timer()
             super().on_headers_complete()
 
     def on_message_complete(self) -> None:
@@ -179,6 +248,13 @@ class HttpFrontend:
             load_tls_material(settings.tls)
         limits = settings.limits
         self.app = OpenAIRoutes(core, inference, limits.max_http_body_bytes, limits.http_body_timeout_s).app()
+        self.guard = ConnectionGuard(
+            max_header_bytes=limits.max_http_header_bytes,
+            header_timeout_s=limits.http_header_timeout_s,
+            max_connections=connection_cap(limits.max_http_connections, raise_nofile_soft_limit()),
+            max_per_peer=limits.max_http_connections_per_peer,
+        )
+        protocol = type("_GuardedProtocol", (_ClientCertProtocol,), {"guard": self.guard})
         self.ports: dict[str, int] = {}
         self._servers: list[tuple[uvicorn.Server, list[socket.socket]]] = []
         self._tasks: list[asyncio.Task[Any]] = []
@@ -203,7 +279,7 @@ class HttpFrontend:
                 lifespan="off",
                 log_config=None,
                 access_log=False,
-                http=_ClientCertProtocol,
+                http=protocol,
                 timeout_graceful_shutdown=1,
                 server_header=False,
                 **options,

@@ -24,6 +24,12 @@ TLS_HANDSHAKE_FAILURES = Counter(
     "from a foreign CA), by front end and OpenSSL reason. Only the HTTPS front end can observe them.",
     ["front_end", "reason"],
 )
+HTTP_CONNECTIONS_REFUSED = Counter(
+    "xinserve_http_connections_refused",
+    "OpenAI HTTP connections closed before any call was made, by reason: header_too_large (431), "
+    "header_timeout (408), connection_limit and peer_connection_limit (503).",
+    ["reason"],
+)
 REQUEST_DURATION = Histogram(
     "xinserve_request_duration_seconds",
     "Call duration, by method and front end (grpc, openai).",

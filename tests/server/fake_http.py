@@ -20,14 +20,18 @@ from tests.server.fake_engine import FakeEngine
 
 
 @asynccontextmanager
-async def http_over_fake_engines(tmp_path: Path, engines: list[FakeEngine]) -> AsyncIterator[tuple[int, Runtime]]:
+async def http_over_fake_engines(
+    tmp_path: Path, engines: list[FakeEngine], overrides: dict | None = None
+) -> AsyncIterator[tuple[int, Runtime]]:
     """Serve ``engines`` (started here, READY) over HTTP on 127.0.0.1; yields (port, runtime).
-    Stops the listener, the engines and the audit log on exit."""
+    ``overrides``: more settings (e.g. ``{"limits": {...}}``). Stops the listener, the engines
+    and the audit log on exit."""
     settings = load_settings(
         overrides={
             "data_dir": str(tmp_path / "data"),
             "listen": {"plaintext": ["127.0.0.1:0"], "http": ["127.0.0.1:0"]},
             "metrics_listen": None,
+            **(overrides or {}),
         }
     )
     runtime = Runtime(settings)
