@@ -9,7 +9,6 @@ Every option is listed in the README's configuration reference.
 
 from __future__ import annotations
 
-import ipaddress
 import os
 import re
 from contextvars import ContextVar
@@ -29,6 +28,7 @@ from audit.config import AuditSettings
 from engine_backends.builtin_models import BUILTIN_NAMES, DEFAULT_BUILTINS
 from engine_backends.platforms import DEVICE_CHOICES
 from trust.tee.config import TeeSettings
+from xinserve_client.addresses import is_loopback_host, split_host_port
 
 
 class ConfigError(Exception):
@@ -40,19 +40,11 @@ class _Model(BaseModel):
 
 
 def _is_loopback(address: str) -> bool:
-    host = address.rsplit(":", 1)[0].strip("[]")
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
+    return is_loopback_host(split_host_port(address)[0])
 
 
 def _check_address(address: str) -> str:
-    host, sep, port = address.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise ValueError(f"{address!r} is not HOST:PORT")
+    split_host_port(address)
     return address
 
 

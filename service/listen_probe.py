@@ -42,6 +42,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
+from xinserve_client.addresses import split_host_port
+
 if TYPE_CHECKING:
     from service.config import Settings
 
@@ -62,9 +64,9 @@ def listen_error(address: str, setting: str, exc: OSError) -> ListenError:
 
 
 def split_address(address: str) -> tuple[str, int]:
-    """``HOST:PORT`` or ``[IPV6]:PORT`` → (host without brackets, port)."""
-    host, _, port = address.rpartition(":")
-    return host.strip("[]"), int(port)
+    """``HOST:PORT`` or ``[IPV6]:PORT`` → (host without brackets, port)
+    (``xinserve_client.addresses.split_host_port``)."""
+    return split_host_port(address)
 
 
 def _bind(family: int, sockaddr: Any, *, v6only: bool | None = None) -> socket.socket:

@@ -209,3 +209,19 @@ def test_cosine_similarity():
     assert cosine_similarity([0, 0], [1, 1]) == 0.0
     with pytest.raises(ValueError):
         cosine_similarity([1], [1, 2])
+
+
+@pytest.mark.parametrize(
+    ("host", "loopback"),
+    [("127.0.0.1", True), ("127.0.0.2", True), ("::1", True), ("[::1]", True), ("::ffff:127.0.0.1", True),
+     ("LOCALHOST", True), ("api.localhost", True), ("10.0.0.1", False), ("example.com", False), ("::", False)],
+)
+def test_one_loopback_rule_for_server_and_client(host, loopback):
+    from service.config import _is_loopback
+    from trust.tee.config import _loopback
+    from xinserve_client.addresses import is_loopback_host
+
+    assert is_loopback_host(host) is loopback
+    assert _is_loopback(f"{host if ':' not in host.strip('[]') else '[' + host.strip('[]') + ']'}:1") is loopback
+    if host.strip("[]").lower() != "api.localhost" and not host.startswith("::ffff"):
+        assert _loopback(host.strip("[]")) is loopback

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 from pathlib import Path
 from typing import Literal
 from urllib.parse import urlsplit
@@ -12,6 +13,18 @@ from trust.tee.configfs_tsm import DEFAULT_ROOT, PROVIDERS
 from trust.tee.csv_guest import DEVICE
 
 ProviderName = Literal["none", "configfs-tsm", "csv", "recorded"]
+
+
+def _loopback(host: str) -> bool:
+    """A loopback KBS host: ``localhost`` or an address ``ipaddress`` calls loopback
+    (127.0.0.0/8, ::1). ``trust`` imports nothing of the server or client packages, so this is
+    the one rule of ``xinserve_client.addresses.is_loopback_host`` restated for URLs."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 class TeeSettings(BaseModel):
@@ -52,7 +65,7 @@ class TeeSettings(BaseModel):
         parts = urlsplit(value)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError("must be an http(s) URL with a host")
-        if parts.scheme == "http" and parts.hostname not in ("127.0.0.1", "::1", "localhost"):
+        if parts.scheme == "http" and not _loopback(parts.hostname):
             raise ValueError("plain http is allowed only to a loopback KBS; use https")
         return value.rstrip("/")
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import enum
-import ipaddress
 import json
 import os
 import uuid
@@ -15,6 +14,7 @@ import grpc
 
 from xinserve.v1 import common_pb2, inference_pb2, sampling_pb2
 
+from .addresses import is_loopback_target
 from .errors import IncompatibleServerError, UnavailableError
 
 __all__ = [
@@ -165,29 +165,6 @@ def read_pem(source: PemSource | None, what: str) -> bytes | None:
             return fh.read()
     except OSError as exc:
         raise ValueError(f"cannot read {what} from {os.fspath(source)!r}: {exc.strerror}") from None
-
-
-def is_loopback_target(target: str) -> bool:
-    """True for unix sockets and loopback addresses (127.0.0.0/8, ::1, localhost)."""
-    t = target
-    if t.startswith(("unix:", "unix-abstract:")):
-        return True
-    for prefix in ("dns:///", "dns:", "ipv4:", "ipv6:"):
-        if t.startswith(prefix):
-            t = t[len(prefix) :]
-            break
-    if t.startswith("["):
-        host = t[1 : t.find("]")] if "]" in t else t[1:]
-    elif t.count(":") == 1:
-        host = t.rsplit(":", 1)[0]
-    else:
-        host = t  # bare host, or a bare IPv6 address
-    if host.lower() in ("localhost", "localhost.localdomain", "ip6-localhost"):
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 class _TokenPlugin(grpc.AuthMetadataPlugin):  # type: ignore[misc]
