@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-from engine_backends.devices.model import Device, DeviceParseError, Health
+from engine_backends.devices.model import Device, DeviceParseError, Health, unreadable_device
 from engine_backends.devices.numbers import index, number, percent_ratio, used_total
 from engine_backends.devices.smi_table import device_boxes, title_cells
 
@@ -21,16 +21,26 @@ ARGV = ("cnmon",)
 def parse(text: str) -> list[Device]:
     """Cards from ``cnmon`` output.
 
+    A card box without the two rows and figures expected is one DEGRADED card naming the
+    field; the other cards are unaffected.
+
     Raises:
-        DeviceParseError: no ``Card VF Name Firmware`` header, or a card box that does not
-            have the two rows with the expected figures.
+        DeviceParseError: no ``Card VF Name Firmware`` header, or no rule under it.
     """
     lines = text.splitlines()
     title = title_cells(lines)
     driver_match = re.search(r"Driver\s+v?(\S+)", title)
     title_driver = driver_match.group(1) if driver_match else ""
     boxes = device_boxes(TOOL, lines, lambda row: row[0].split()[:2] == ["Card", "VF"])
-    return [_card(rows, line_no, title_driver) for line_no, rows in boxes]
+    devices = []
+    for ordinal, (line_no, rows) in enumerate(boxes):
+        try:
+            devices.append(_card(rows, line_no, title_driver))
+        except DeviceParseError as exc:
+            head = rows[0][0].split() if rows and rows[0] else []
+            idx = int(head[0]) if head and head[0].isdigit() and head[0].isascii() and len(head[0]) <= 4 else ordinal
+            devices.append(unreadable_device("mlu", idx, exc))
+    return devices
 
 
 def _card(rows: list[list[str]], line_no: int, title_driver: str) -> Device:

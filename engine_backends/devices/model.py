@@ -28,7 +28,12 @@ class Device:
     Attributes:
         kind: xinserve's device name (``cpu``, ``cuda``, ``ascend``, ``kunlun``, ``mlu``,
             ``musa``, ``dcu``, ``metax``, ``xpu``).
-        index: the physical index the tool reports (the id the visible-devices variable takes).
+        index: the id the tool reports for this chip, distinct per chip (Ascend: the chip's
+            physical id, ``Phy-ID``, where the tool prints one, else the NPU id).
+        card: the card (board) id the chip sits on where the tool prints one (Ascend: the
+            ``NPU`` id; two dies of an A3 card share it), else None.
+        visible_id: the id the vendor's visible-devices variable takes for this chip, when it
+            differs from ``index`` (Ascend: the logical id, see ``npu_smi``), else None.
         name: product name, e.g. ``"NVIDIA A100-SXM4-80GB"``, ``"910B2C"``, ``"P800 OAM"``.
         memory_total_bytes / memory_used_bytes: device memory (HBM/VRAM; host RAM for CPU).
         utilization_ratio: compute utilisation in [0, 1].
@@ -37,7 +42,10 @@ class Device:
         health: see ``Health``.
         driver_version / firmware_version: as the tool prints them, "" when it does not.
         bus_id: PCI bus id where the tool prints it.
-        error: why the device could not be read ("" when it could).
+        error: why the device could not be read ("" when it could); for a device whose
+            tool output was read but one figure was not, it names that field.
+        placeholder: True for the one entry that stands for a whole kind whose tool could not
+            be read (``failed_device``): it is not a chip.
         None means the tool did not report that figure.
     """
 
@@ -54,6 +62,14 @@ class Device:
     firmware_version: str = ""
     bus_id: str = ""
     error: str = ""
+    card: int | None = None
+    visible_id: int | None = None
+    placeholder: bool = False
+
+    @property
+    def selection_id(self) -> int:
+        """The id a visible-devices selection names this chip by (``visible_id`` or ``index``)."""
+        return self.index if self.visible_id is None else self.visible_id
 
 
 class DeviceToolError(Exception):
@@ -81,4 +97,11 @@ MIB = 1024**2
 
 def failed_device(kind: str, error: str, index: int = 0) -> Device:
     """The placeholder reported when a kind's tool cannot be read: health DEGRADED, with why."""
-    return Device(kind=kind, index=index, health=Health.DEGRADED, error=error)
+    return Device(kind=kind, index=index, health=Health.DEGRADED, error=error, placeholder=True)
+
+
+def unreadable_device(kind: str, index: int, error: DeviceParseError, **known: object) -> Device:
+    """One chip whose entry in the tool's output could not be read: health DEGRADED, ``error``
+    naming the field; the other chips of the same output are unaffected. ``known`` carries
+    the fields already read (``name``, ``bus_id``, ``card``, ``visible_id``)."""
+    return Device(kind=kind, index=index, health=Health.DEGRADED, error=str(error), **known)  # type: ignore[arg-type]

@@ -21,14 +21,18 @@ EXTRA_DIRS = (
     "/usr/local/neuware/bin",
     "/usr/local/xpu/bin",
 )
+# Other names a vendor installs the same tool under, tried in order after the first.
+ALIASES: dict[str, tuple[str, ...]] = {"xpu-smi": ("xpu_smi",)}
 
 
 def find_tool(name: str) -> str | None:
-    """The tool's path: on PATH, else in a vendor's usual install directory; None if absent."""
-    found = shutil.which(name)
-    if found:
-        return found
-    return shutil.which(name, path=os.pathsep.join(EXTRA_DIRS))
+    """The tool's path: ``name`` then each of its ``ALIASES``, each on PATH, else in a vendor's
+    usual install directory; None if absent."""
+    for candidate in (name, *ALIASES.get(name, ())):
+        found = shutil.which(candidate) or shutil.which(candidate, path=os.pathsep.join(EXTRA_DIRS))
+        if found:
+            return found
+    return None
 
 
 def run_tool(argv: Sequence[str], timeout: float) -> str:
@@ -45,7 +49,8 @@ def run_tool(argv: Sequence[str], timeout: float) -> str:
     name = argv[0]
     path = find_tool(name)
     if path is None:
-        raise DeviceToolError(f"{name} not found (not on PATH nor in the vendor's usual directories)")
+        names = " / ".join((name, *ALIASES.get(name, ())))
+        raise DeviceToolError(f"{names} not found (not on PATH nor in the vendor's usual directories)")
     env = {**os.environ, "LC_ALL": "C", "LANG": "C"}
     try:
         proc = subprocess.run(  # noqa: S603 - argv is a fixed vendor command line from inventory.TOOLS

@@ -25,18 +25,26 @@ def parse_selection(selection: str) -> list[int]:
 
 
 def check_visible_devices(kind: str, selection: str, inventory: Sequence[Device]) -> list[int]:
-    """The selected indices, each present in ``inventory`` (physical ids, as the tool prints them).
+    """The selected ids, each the ``selection_id`` of a chip in ``inventory``.
+
+    The ids checked are those the vendor's visible-devices variable takes: ``visible_id``
+    where the parser sets one (Ascend: the logical id, the chip's position in ``npu-smi
+    info``, which is what ``ASCEND_RT_VISIBLE_DEVICES`` numbers, also inside a container
+    where the tool shows physical NPU ids such as 4-7), else the tool's index. A chip whose
+    figures could not all be read (health DEGRADED with its own error) still counts as
+    present; only a kind whose tool could not be read at all (the ``placeholder`` entry)
+    makes the selection uncheckable.
 
     Raises:
         VisibleDevicesError: a malformed selection; the inventory could not be read (the
-            message carries the tool's error); or a selected index the inventory lacks (the
+            message carries the tool's error); or a selected id the inventory lacks (the
             message names it and lists the ones present).
     """
     ids = parse_selection(selection)
-    failed = [d for d in inventory if d.health is Health.DEGRADED and d.error]
+    failed = [d for d in inventory if d.placeholder and d.health is Health.DEGRADED]
     if failed:
         raise VisibleDevicesError(f"cannot check visible {kind} devices {selection!r}: {failed[0].error}")
-    present = sorted({d.index for d in inventory if d.kind == kind})
+    present = sorted({d.selection_id for d in inventory if d.kind == kind and not d.placeholder})
     missing = [i for i in ids if i not in present]
     if missing:
         raise VisibleDevicesError(

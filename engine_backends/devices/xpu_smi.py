@@ -5,6 +5,10 @@
 - Intel XPU Manager's ``xpu-smi`` (Intel GPUs, ``xpu``): title ``Intel XPU-SMI vX  Driver: …
   Level Zero: …`` (v2.0 table), or older builds without the summary table at all.
 
+Kunlunxin installs the same tool as ``xpu_smi`` on some driver releases; the runner tries
+``xpu-smi`` and then ``xpu_smi`` (``tool_runner.ALIASES``). A device box that cannot be read is
+one DEGRADED device naming the field.
+
 ``detect`` tells them apart from the title; each parser refuses the other's output with a
 message saying which tool it is, so a Kunlun host never reports an Intel card or the reverse.
 """
@@ -13,7 +17,7 @@ from __future__ import annotations
 
 import re
 
-from engine_backends.devices.model import Device, DeviceParseError, Health
+from engine_backends.devices.model import Device, DeviceParseError, Health, unreadable_device
 from engine_backends.devices.numbers import index, number, percent_ratio, used_total
 from engine_backends.devices.smi_table import device_boxes, title_cells
 
@@ -61,7 +65,15 @@ def _parse(text: str, kind: str) -> list[Device]:
     driver_match = re.search(r"Driver(?: Version)?:\s*(\S+)", title)
     driver = driver_match.group(1) if driver_match else ""
     boxes = device_boxes(TOOL, lines, lambda row: len(row) == 3 and row[0].split()[:1] in (["XPU"], ["GPU"]))
-    return [_device(kind, rows, line_no, driver) for line_no, rows in boxes]
+    devices = []
+    for ordinal, (line_no, rows) in enumerate(boxes):
+        try:
+            devices.append(_device(kind, rows, line_no, driver))
+        except DeviceParseError as exc:
+            head = rows[0][0].split() if rows and rows[0] else []
+            idx = int(head[0]) if head and head[0].isdigit() and head[0].isascii() and len(head[0]) <= 4 else ordinal
+            devices.append(unreadable_device(kind, idx, exc))
+    return devices
 
 
 def _device(kind: str, rows: list[list[str]], line_no: int, driver: str) -> Device:

@@ -6,6 +6,7 @@ import pytest
 from engine_backends.devices import Health, nvidia_smi, read_devices, read_inventory
 from engine_backends.devices.model import DeviceToolError
 from engine_backends.devices.visible import VisibleDevicesError, check_visible_devices
+from tests.devices.conftest import fixture_text
 
 RECORDED = [
     ("ascend", "npu-smi", "npu-smi-info_910b2c.txt", 2),
@@ -15,6 +16,12 @@ RECORDED = [
     ("musa", "mthreads-gmi", "mthreads-gmi_s5000.txt", 2),
     ("dcu", "hy-smi", "hy-smi-json_bw.json", 2),
     ("metax", "mx-smi", "mx-smi_c550.txt", 8),
+    ("ascend", "npu-smi", "npu-smi-info_a3-ascend910_25.5.1.txt", 5),
+    ("ascend", "npu-smi", "npu-smi-info_ascend950dt_25.6.rc1.txt", 4),
+    ("musa", "mthreads-gmi", "mthreads-gmi_s5000x8_2.4.1.txt", 8),
+    ("musa", "mthreads-gmi", "mthreads-gmi_s80_1.14.0.txt", 1),
+    ("metax", "mx-smi", "mx-smi_c500x8_2.2.9.txt", 8),
+    ("kunlun", "xpu_smi", "xpu-smi_kunlun-p800.txt", 8),
 ]
 
 
@@ -24,6 +31,7 @@ def test_each_kind_read_through_its_tool(fake_tools, kind, tool, fixture, count)
     devices = read_inventory(kind)
     assert len(devices) == count
     assert all(d.kind == kind and d.health is not Health.DEGRADED and not d.error for d in devices)
+    assert len({d.index for d in devices}) == count  # distinct ids: one metrics label set per chip
 
 
 def test_cuda_falls_back_from_nvml_to_nvidia_smi_xml(fake_tools):
@@ -115,3 +123,35 @@ def test_visible_devices_cannot_be_checked_without_the_tool(fake_tools):
 def test_malformed_visible_devices_refused(selection):
     with pytest.raises(VisibleDevicesError):
         check_visible_devices("ascend", selection, [])
+
+
+def test_visible_devices_are_logical_ids_on_a3(fake_tools):
+    fake_tools.printing("npu-smi", "npu-smi-info_a3-ascend910_25.5.1.txt")
+    inventory = read_inventory("ascend")
+    assert check_visible_devices("ascend", "3,4", inventory) == [3, 4]  # second die of NPU 1, die of NPU 2
+    with pytest.raises(VisibleDevicesError, match=r"device\(s\) 5 not present; the host has 0, 1, 2, 3, 4"):
+        check_visible_devices("ascend", "5", inventory)
+
+
+def test_visible_devices_in_a_container_showing_later_npus(fake_tools):
+    fake_tools.printing("npu-smi", "npu-smi-info_ascend950dt_25.6.rc1.txt")  # NPU 0, 1, 6, 7 shown
+    inventory = read_inventory("ascend")
+    assert check_visible_devices("ascend", "2,3", inventory) == [2, 3]  # NPU 6 and 7 by logical id
+    with pytest.raises(VisibleDevicesError, match=r"device\(s\) 6 not present"):
+        check_visible_devices("ascend", "6", inventory)
+
+
+def test_one_unreadable_device_does_not_block_the_visible_check(fake_tools, tmp_path):
+    damaged = tmp_path / "mx.txt"
+    damaged.write_text(
+        fixture_text("mx-smi_c500x8_2.2.9.txt").replace("| 60W / 350W       | 35C ", "| 60W / 350W       | hotC")
+    )
+    fake_tools("mx-smi", f"cat '{damaged}'")
+    inventory = read_inventory("metax")
+    assert len(inventory) == 8 and sum(d.health is Health.DEGRADED for d in inventory) == 1
+    assert check_visible_devices("metax", "0,3,7", inventory) == [0, 3, 7]
+
+
+def test_kunlun_tool_missing_under_both_names(fake_tools):
+    (dev,) = read_inventory("kunlun")
+    assert dev.health is Health.DEGRADED and dev.placeholder and dev.error.startswith("xpu-smi / xpu_smi not found")

@@ -143,3 +143,107 @@ def test_another_tools_output_is_refused_precisely(parser, fixture):
     with pytest.raises(DeviceParseError) as info:
         parser(fixture_text(fixture))
     assert info.value.tool and info.value.reason
+
+
+def test_npu_smi_a3_one_device_per_die_with_card_and_logical_ids():
+    dies = npu_smi.parse(fixture_text("npu-smi-info_a3-ascend910_25.5.1.txt"))
+    assert [d.index for d in dies] == [0, 1, 2, 3, 4]  # Phy-ID, distinct per die
+    assert [d.card for d in dies] == [0, 0, 1, 1, 2]  # NPU id, shared by a card's two dies
+    assert [d.visible_id for d in dies] == [0, 1, 2, 3, 4]
+    assert all(d.health is Health.OK and not d.error and d.name == "Ascend910" for d in dies)
+    assert dies[1].power_watts is None and dies[1].temperature_celsius == 43.0  # "-" on the second die
+    assert dies[0].memory_used_bytes == 46904 * MIB and dies[0].memory_total_bytes == 65536 * MIB
+    assert dies[3].bus_id == "0000:9B:00.0" and dies[0].driver_version == "25.5.1"
+
+
+def test_npu_smi_950_separate_id_cells_and_logical_ids_in_listing_order():
+    chips = npu_smi.parse(fixture_text("npu-smi-info_ascend950dt_25.6.rc1.txt"))
+    assert [c.index for c in chips] == [0, 1, 6, 7]
+    assert [c.visible_id for c in chips] == [0, 1, 2, 3]
+    assert {c.name for c in chips} == {"Ascend950DT"} and all(c.health is Health.OK for c in chips)
+    assert chips[1].utilization_ratio == 0.05 and chips[2].memory_used_bytes == 66466 * MIB
+    assert chips[0].memory_total_bytes == 86016 * MIB and chips[0].bus_id == ""  # "NA"
+
+
+def test_npu_smi_310p_logical_ids_are_positions_not_npu_ids():
+    chips = npu_smi.parse(fixture_text("npu-smi-info_310p3.txt"))
+    assert [(c.index, c.card, c.visible_id) for c in chips] == [(0, 0, 0), (64, 64, 1)]
+
+
+def test_npu_smi_unreadable_figure_degrades_that_die_only():
+    text = fixture_text("npu-smi-info_a3-ascend910_25.5.1.txt").replace(
+        "| OK          | 160.4", "| OK          | 1x0.4"
+    )
+    dies = npu_smi.parse(text)
+    assert len(dies) == 5
+    bad = [d for d in dies if d.health is Health.DEGRADED]
+    assert len(bad) == 1 and "Power(W)" in bad[0].error and bad[0].card == 1 and bad[0].visible_id == 2
+    assert [d.health for d in dies if d is not bad[0]] == [Health.OK] * 4
+
+
+def test_npu_smi_unknown_health_word_names_the_field():
+    text = fixture_text("npu-smi-info_910b2c.txt").replace("| OK            | 99.6", "| Bogus         | 99.6")
+    chips = npu_smi.parse(text)
+    assert chips[0].health is Health.OK
+    assert chips[1].health is Health.DEGRADED and "Health: unknown word 'Bogus'" in chips[1].error
+
+
+@pytest.mark.parametrize(
+    ("fixture", "count", "driver", "total_mib"),
+    [("mthreads-gmi_s5000x8_2.4.1.txt", 8, "5.1.0-server", 81920), ("mthreads-gmi_s80_1.14.0.txt", 1, "2.7.0", 16384)],
+)
+def test_mthreads_gmi_full_output_with_processes_block(fixture, count, driver, total_mib):
+    gpus = mthreads_gmi.parse(fixture_text(fixture))
+    assert [g.index for g in gpus] == list(range(count))
+    assert all(g.health is Health.OK and not g.error and g.driver_version == driver for g in gpus)
+    assert all(g.memory_total_bytes == total_mib * MIB and g.temperature_celsius for g in gpus)
+
+
+def test_mthreads_gmi_s5000_figures():
+    gpus = mthreads_gmi.parse(fixture_text("mthreads-gmi_s5000x8_2.4.1.txt"))
+    assert (gpus[5].temperature_celsius, gpus[5].bus_id, gpus[5].name) == (50.0, "00000000:ba:00.0", "MTT S5000")
+    assert gpus[0].memory_used_bytes == 0 and gpus[0].utilization_ratio == 0.0
+
+
+def test_mthreads_gmi_virtual_gpu_zero_temperature_is_unknown():
+    text = fixture_text("mthreads-gmi_s80_1.14.0.txt").replace(
+        "Physical       |4x(16x)             |49C", "Virtual        |4x(16x)             |0C "
+    )
+    (gpu,) = mthreads_gmi.parse(text)
+    assert gpu.temperature_celsius is None and gpu.health is Health.OK
+    physical = fixture_text("mthreads-gmi_s80_1.14.0.txt").replace("|49C", "|0C ")
+    assert mthreads_gmi.parse(physical)[0].temperature_celsius == 0.0
+
+
+def test_mx_smi_229_board_layout():
+    gpus = mx_smi.parse(fixture_text("mx-smi_c500x8_2.2.9.txt"))
+    assert [g.index for g in gpus] == list(range(8))
+    assert {g.name for g in gpus} == {"MetaX C500"} and all(g.health is Health.OK for g in gpus)
+    assert (gpus[3].power_watts, gpus[3].temperature_celsius, gpus[3].bus_id) == (60.0, 35.0, "0000:12:00.0")
+    assert gpus[0].memory_used_bytes == 826 * MIB and gpus[0].memory_total_bytes == 65536 * MIB
+    assert (gpus[0].driver_version, gpus[0].firmware_version) == ("3.4.4", "1.30.0.0")
+
+
+def test_mx_smi_unavailable_state_is_critical_and_bad_field_degrades_one_gpu():
+    text = fixture_text("mx-smi_c500x8_2.2.9.txt")
+    text = text.replace(
+        "| 58W / 350W       | 37C          P0 | 826/65536 MiB       | Available            |",
+        "| 58W / 350W       | 37C          P0 | 826/65536 MiB       | Unavailable          |",
+    )
+    text = text.replace("| 60W / 350W       | 35C ", "| 60W / 350W       | hotC")
+    gpus = mx_smi.parse(text)
+    assert len(gpus) == 8 and gpus[1].health is Health.CRITICAL
+    assert gpus[3].health is Health.DEGRADED and "Temp" in gpus[3].error and gpus[3].index == 3
+    assert sum(g.health is Health.OK for g in gpus) == 6
+
+
+def test_cnmon_one_bad_card_does_not_hide_the_others():
+    text = fixture_text("cnmon_mlu370-x8.txt")
+    lines = text.splitlines()
+    mem_line = next(i for i, line in enumerate(lines) if "MiB/" in line)
+    lines[mem_line] = lines[mem_line].replace("MiB/", "XiB/", 1)
+    cards = cnmon.parse("\n".join(lines))
+    good = cnmon.parse(text)
+    assert [c.index for c in cards] == [c.index for c in good] and len(cards) == len(good) > 1
+    assert cards[0].health is Health.DEGRADED and "memory" in cards[0].error
+    assert all(c.health is Health.OK for c in cards[1:])

@@ -7,7 +7,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from engine_backends.devices import cnmon, hy_smi, mthreads_gmi, mx_smi, npu_smi, nvidia_smi, xpu_smi
-from engine_backends.devices.model import Device, DeviceParseError
+from engine_backends.devices.model import Device, DeviceParseError, Health
 from tests.devices.conftest import fixture_text
 
 CASES = [
@@ -20,6 +20,11 @@ CASES = [
     (mthreads_gmi.parse, "mthreads-gmi_s5000.txt"),
     (hy_smi.parse, "hy-smi-json_bw.json"),
     (mx_smi.parse, "mx-smi_c550.txt"),
+    (npu_smi.parse, "npu-smi-info_a3-ascend910_25.5.1.txt"),
+    (npu_smi.parse, "npu-smi-info_ascend950dt_25.6.rc1.txt"),
+    (mthreads_gmi.parse, "mthreads-gmi_s5000x8_2.4.1.txt"),
+    (mthreads_gmi.parse, "mthreads-gmi_s80_1.14.0.txt"),
+    (mx_smi.parse, "mx-smi_c500x8_2.2.9.txt"),
 ]
 TEXTS = {name: fixture_text(name) for _, name in CASES}
 FUZZ = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -47,6 +52,7 @@ def check(parser, text: str) -> None:
     assert isinstance(devices, list)
     for d in devices:
         assert isinstance(d, Device) and 0 <= d.index < 2**16
+        assert d.health is not Health.DEGRADED or d.error  # a degraded chip says which field
         if d.utilization_ratio is not None:
             assert 0.0 <= d.utilization_ratio <= 1.0
         for value in (d.memory_total_bytes, d.memory_used_bytes):
