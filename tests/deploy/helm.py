@@ -7,7 +7,10 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import kubernetes_validate
 import yaml
+
+from tests.deploy import crd_schemas
 
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "deploy/helm/xinserve"
@@ -45,3 +48,31 @@ class RenderError(Exception):
 
 def by_kind(objects: list[dict], kind: str) -> list[dict]:
     return [o for o in objects if o["kind"] == kind]
+
+
+def validate_all(objects: list[dict]) -> None:
+    """Every object valid against Kubernetes KUBE_VERSION (kubernetes-validate, strict) or, for a
+    custom resource, its vendored CRD schema (tests/deploy/crds), its pod templates as core/v1 Pods."""
+    for obj in objects:
+        if obj["kind"] in crd_schemas.FILES:
+            assert crd_schemas.errors(obj) == [], (obj["kind"], crd_schemas.errors(obj))
+            for path in crd_schemas.crd(obj["kind"])["pod_templates"]:
+                template = obj
+                for part in path.split("."):
+                    template = template[part]
+                pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": template["spec"]}
+                kubernetes_validate.validate(pod, KUBE_VERSION, strict=True)
+            continue
+        kubernetes_validate.validate(obj, KUBE_VERSION, strict=True)
+
+
+def container_of(objects: list[dict]) -> dict:
+    """The Deployment's xinserve container."""
+    (deployment,) = by_kind(objects, "Deployment")
+    return next(c for c in deployment["spec"]["template"]["spec"]["containers"] if c["name"] == "xinserve")
+
+
+def config_of(objects: list[dict]) -> dict:
+    """xinserve's configuration as the ConfigMap holds it."""
+    (cm,) = [o for o in by_kind(objects, "ConfigMap") if o["metadata"]["name"].endswith("-config")]
+    return yaml.safe_load(cm["data"]["config.yaml"])

@@ -14,7 +14,18 @@ import yaml
 from service.config import Settings
 from service.metrics import QUEUE_LENGTH
 from tests.deploy import crd_schemas
-from tests.deploy.helm import CHART, KUBE_VERSION, RenderError, by_kind, helm, helm_binary, render
+from tests.deploy.helm import (
+    CHART,
+    KUBE_VERSION,
+    RenderError,
+    by_kind,
+    config_of,
+    container_of,
+    helm,
+    helm_binary,
+    render,
+    validate_all,
+)
 
 if helm_binary() is None:
     pytest.skip(
@@ -22,6 +33,8 @@ if helm_binary() is None:
         allow_module_level=True,
     )
 
+# The documented path for replicas > 1: PostgreSQL (DSN from a Secret), the server key from a Secret.
+PG = ["audit.backend=postgresql", "audit.postgresql.dsnSecretName=audit-db", "audit.serverKey.secretName=server-key"]
 CHIP_RESOURCES = {
     "cpu": "",
     "cuda": "nvidia.com/gpu",
@@ -33,34 +46,10 @@ CHIP_RESOURCES = {
     "metax": "metax-tech.com/gpu",
     "xpu": "gpu.intel.com/i915",
 }
-# Custom resources: not in kubernetes-validate's schemas; validated against their projects'
-# own CRD schemas (tests/deploy/crds), a LeaderWorkerSet's pod templates as core/v1 Pods.
 CUSTOM_KINDS = set(crd_schemas.FILES)
-
-
-def _validate_all(objects: list[dict]) -> None:
-    for obj in objects:
-        if obj["kind"] in CUSTOM_KINDS:
-            assert crd_schemas.errors(obj) == [], obj["kind"]
-            for path in crd_schemas.crd(obj["kind"])["pod_templates"]:
-                template = obj
-                for part in path.split("."):
-                    template = template[part]
-                pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": template["spec"]}
-                kubernetes_validate.validate(pod, KUBE_VERSION, strict=True)
-            continue
-        kubernetes_validate.validate(obj, KUBE_VERSION, strict=True)
-
-
-def _container(objects: list[dict]) -> dict:
-    (deployment,) = by_kind(objects, "Deployment")
-    (container,) = deployment["spec"]["template"]["spec"]["containers"]
-    return container
-
-
-def _config(objects: list[dict]) -> dict:
-    (cm,) = [o for o in by_kind(objects, "ConfigMap") if o["metadata"]["name"].endswith("-config")]
-    return yaml.safe_load(cm["data"]["config.yaml"])
+_validate_all = validate_all
+_container = container_of
+_config = config_of
 
 
 def test_helm_lint():
@@ -155,7 +144,7 @@ def test_non_root_read_only_root_filesystem_and_writable_mounts():
 def test_sqlite_audit_on_a_pvc_postgresql_dsn_from_a_secret():
     objects = render()
     assert by_kind(objects, "PersistentVolumeClaim")
-    objects = render("audit.backend=postgresql", "audit.postgresql.dsnSecretName=audit-db", "replicaCount=3")
+    objects = render(*PG, "replicaCount=3")
     _validate_all(objects)
     assert not by_kind(objects, "PersistentVolumeClaim")
     env = {e["name"]: e for e in _container(objects)["env"]}
@@ -189,7 +178,7 @@ def test_services_headless_metrics_and_service_monitor():
 
 def test_autoscaling_on_queue_length_hpa_and_keda():
     exposed = QUEUE_LENGTH._name  # the metric the server really exposes
-    base = ["audit.backend=postgresql", "audit.postgresql.dsnSecretName=audit-db", "autoscaling.enabled=true"]
+    base = [*PG, "autoscaling.enabled=true"]
     objects = render(*base)
     _validate_all(objects)
     (hpa,) = by_kind(objects, "HorizontalPodAutoscaler")
@@ -201,10 +190,8 @@ def test_autoscaling_on_queue_length_hpa_and_keda():
     assert scaled["spec"]["scaleTargetRef"]["name"] == "rel-xinserve"
 
 
-def test_pdb_and_network_policy():
+def test_network_policy():
     objects = render()
-    (pdb,) = by_kind(objects, "PodDisruptionBudget")
-    assert pdb["spec"]["maxUnavailable"] == 1
     (policy,) = by_kind(objects, "NetworkPolicy")
     ports = [p["port"] for rule in policy["spec"]["ingress"] for p in rule["ports"]]
     assert ports == [50051, 9464]
@@ -216,8 +203,7 @@ def test_leaderworkerset_with_ray():
         "chip=ascend",
         "devicesPerPod=8",
         "lws.size=2",
-        "audit.backend=postgresql",
-        "audit.postgresql.dsnSecretName=audit-db",
+        *PG,
     )
     _validate_all(objects)
     assert not by_kind(objects, "Deployment")
@@ -251,7 +237,7 @@ def test_grafana_dashboard_shipped_in_the_chart_is_deploys_copy():
 
 
 def _custom_objects() -> dict[str, dict]:
-    db = ["audit.backend=postgresql", "audit.postgresql.dsnSecretName=audit-db"]
+    db = PG
     return {
         "ServiceMonitor": by_kind(render("serviceMonitor.enabled=true"), "ServiceMonitor")[0],
         "ScaledObject": by_kind(render(*db, "autoscaling.enabled=true", "autoscaling.kind=keda"), "ScaledObject")[0],

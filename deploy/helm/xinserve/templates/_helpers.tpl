@@ -82,8 +82,9 @@ livenessProbe:
   {{- if eq .Values.mode "leaderworkerset" }}
   command: ["/bin/sh", "-c"]
   args:
-    - >-
-      ray start --head --port={{ .Values.lws.rayPort }} --disable-usage-stats &&
+    - |
+      ray start --head --port={{ .Values.lws.rayPort }} --disable-usage-stats || exit 1
+      python3 /etc/xinserve/config/wait-for-ray-workers.py --nodes {{ .Values.lws.size }} --timeout {{ .Values.lws.workerWaitSeconds }} || exit 1
       exec xinserve serve --config /etc/xinserve/config/config.yaml
   {{- else }}
   command: ["xinserve", "serve"]
@@ -98,6 +99,13 @@ livenessProbe:
       valueFrom:
         secretKeyRef: {name: {{ required "audit.postgresql.dsnSecretName is required for the postgresql backend" .Values.audit.postgresql.dsnSecretName }}, key: {{ .Values.audit.postgresql.dsnSecretKey }}}
     {{- end }}
+    {{- with .Values.extraEnv }}
+    {{- toYaml . | nindent 4 }}
+    {{- end }}
+  {{- with .Values.extraEnvFrom }}
+  envFrom:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
   ports:
     - {name: grpc, containerPort: {{ .Values.server.grpcPort }}, protocol: TCP}
     - {name: metrics, containerPort: {{ .Values.server.metricsPort }}, protocol: TCP}
@@ -137,6 +145,12 @@ livenessProbe:
 {{- if .Values.auth.tokenSecretName }}
 - {name: tokens, mountPath: /etc/xinserve/tokens, readOnly: true}
 {{- end }}
+{{- if .Values.audit.serverKey.secretName }}
+- {name: server-key, mountPath: /etc/xinserve/server-key, readOnly: true}
+{{- end }}
+{{- with .Values.extraVolumeMounts }}
+{{ toYaml . }}
+{{- end }}
 {{- end -}}
 
 {{- define "xinserve.volumes" -}}
@@ -170,6 +184,13 @@ livenessProbe:
 - name: tokens
   secret: {secretName: {{ .Values.auth.tokenSecretName }}}
 {{- end }}
+{{- if .Values.audit.serverKey.secretName }}
+- name: server-key
+  secret: {secretName: {{ .Values.audit.serverKey.secretName }}}
+{{- end }}
+{{- with .Values.extraVolumes }}
+{{ toYaml . }}
+{{- end }}
 {{- end -}}
 
 {{- define "xinserve.podSpecCommon" -}}
@@ -194,9 +215,82 @@ tolerations:
 affinity:
   {{- toYaml . | nindent 2 }}
 {{- end }}
+{{- with .Values.topologySpreadConstraints }}
+topologySpreadConstraints:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .Values.runtimeClassName }}
+runtimeClassName: {{ . }}
+{{- end }}
+{{- with .Values.priorityClassName }}
+priorityClassName: {{ . }}
+{{- end }}
+{{- with .Values.schedulerName }}
+schedulerName: {{ . }}
+{{- end }}
 {{- end -}}
 
 {{/* The data directory (server key, SQLite audit log) lives on the PVC for a single SQLite-audited pod. */}}
 {{- define "xinserve.dataOnVolume" -}}
 {{- if and .Values.persistence.enabled (eq .Values.mode "deployment") (eq .Values.audit.backend "sqlite") -}}true{{- end -}}
+{{- end -}}
+
+
+{{/* The pod holds accelerator cards (a surge pod would need a second set). */}}
+{{- define "xinserve.holdsDevices" -}}
+{{- $p := include "xinserve.profile" . | fromYaml -}}
+{{- if and $p.resource (gt (int .Values.devicesPerPod) 0) -}}true{{- end -}}
+{{- end -}}
+
+{{/* The Deployment's strategy: the value, or Recreate for the SQLite log on a volume or cards held. */}}
+{{- define "xinserve.strategy" -}}
+{{- $s := .Values.strategy -}}
+{{- if and $s (eq (default "RollingUpdate" $s.type) "RollingUpdate") (eq .Values.audit.backend "sqlite") -}}
+{{- $surge := "25%" -}}
+{{- if and $s.rollingUpdate (hasKey $s.rollingUpdate "maxSurge") -}}{{- $surge = toString $s.rollingUpdate.maxSurge -}}{{- end -}}
+{{- if not (or (eq $surge "0") (eq $surge "0%")) -}}
+{{- fail "strategy: a RollingUpdate that surges cannot work with audit.backend=sqlite (the new pod cannot take the audit database's writer lock while the old one runs): use type Recreate, or maxSurge 0" -}}
+{{- end -}}
+{{- end -}}
+{{- if $s -}}
+{{- toYaml $s -}}
+{{- else if or (include "xinserve.dataOnVolume" .) (include "xinserve.holdsDevices" .) -}}
+type: Recreate
+{{- else -}}
+type: RollingUpdate
+rollingUpdate: {maxSurge: 1, maxUnavailable: 0}
+{{- end -}}
+{{- end -}}
+
+{{/* Refuse the audit log or the server key on an emptyDir unless dangerouslyAllowEphemeralAuditLog. */}}
+{{- define "xinserve.checkDurableAudit" -}}
+{{- if not .Values.dangerouslyAllowEphemeralAuditLog -}}
+{{- if and (eq .Values.audit.backend "sqlite") (not (include "xinserve.dataOnVolume" .)) -}}
+{{- fail (printf "the SQLite audit log and the server's SM2 key would live on an emptyDir (mode=%s, persistence.enabled=%v) and be lost with the pod: use persistence.enabled=true in mode deployment, or audit.backend=postgresql with audit.serverKey.secretName (or set dangerouslyAllowEphemeralAuditLog=true)" .Values.mode .Values.persistence.enabled) -}}
+{{- end -}}
+{{- if and (eq .Values.audit.backend "postgresql") (not .Values.audit.serverKey.secretName) -}}
+{{- fail "audit.backend=postgresql keeps no volume: the server's SM2 key would live on an emptyDir and change with every pod; set audit.serverKey.secretName (or dangerouslyAllowEphemeralAuditLog=true)" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Pod-template annotations that restart the pods when what they read at start changes. */}}
+{{- define "xinserve.checksums" -}}
+checksum/config: {{ include (print $.Template.BasePath "/configmap.yaml") . | sha256sum }}
+{{- with .Values.secretRotation.revision }}
+xinserve.io/secrets-revision: {{ . | quote }}
+{{- end }}
+{{- end -}}
+
+{{/* The Secrets and ConfigMaps the pods mount, for Stakater Reloader's annotations on the workload. */}}
+{{- define "xinserve.reloaderAnnotations" -}}
+{{- if .Values.secretRotation.reloader -}}
+{{- $secrets := compact (list .Values.tls.secretName .Values.tls.clientCASecretName .Values.auth.tokenSecretName .Values.audit.serverKey.secretName) -}}
+{{- with $secrets }}
+secret.reloader.stakater.com/reload: {{ join "," . | quote }}
+{{- end }}
+{{- with .Values.trustStore.configMap }}
+configmap.reloader.stakater.com/reload: {{ . | quote }}
+{{- end }}
+{{- end -}}
 {{- end -}}
