@@ -40,6 +40,11 @@ import reactor.core.publisher.Flux;
  *   <li>Streaming: one {@link ChatResponse} per delta. Cancelling the {@code Flux} (dispose,
  *       {@code take}, an HTTP client leaving) cancels the gRPC call, which aborts the engine
  *       request on the server.
+ *   <li>Tools: the contract's {@code Chat} has no tool calling. A prompt whose options carry
+ *       tools ({@code ChatClient}'s {@code .tools(...)}, {@code .toolCallbacks(...)}, {@code
+ *       .toolNames(...)}, or {@code ToolCallingChatOptions} with callbacks) is refused with an
+ *       {@link UnsupportedOperationException} naming them, before any call: the model would
+ *       answer without ever calling them.
  *   <li>Errors: a {@link org.springframework.ai.retry.TransientAiException} (UNAVAILABLE,
  *       RESOURCE_EXHAUSTED) or {@link org.springframework.ai.retry.NonTransientAiException}
  *       (anything else), whose cause is the typed {@link
@@ -64,8 +69,25 @@ public class XinserveChatModel implements ChatModel {
     return client;
   }
 
+  /**
+   * @return a copy of this model's default options (Spring AI 1.1's {@code ChatModel} method;
+   *     deprecated in Spring AI 2.0 for {@link #getOptions()})
+   */
   @Override
+  @SuppressWarnings({"deprecation", "removal"})
   public ChatOptions getDefaultOptions() {
+    return defaults.copy();
+  }
+
+  /**
+   * The options {@code ChatClient} of Spring AI 2.0 starts every request from ({@code
+   * getOptions().mutate().combineWith(perCallBuilder)}): an {@link XinserveChatOptions}, so its
+   * builder keeps every xinserve field of the per-call options and takes tools and the native
+   * structured-output schema.
+   *
+   * @return a copy of this model's default options
+   */
+  public XinserveChatOptions getOptions() {
     return defaults.copy();
   }
 
@@ -77,6 +99,7 @@ public class XinserveChatModel implements ChatModel {
    * @throws org.springframework.ai.retry.NonTransientAiException or {@link
    *     org.springframework.ai.retry.TransientAiException} on failure, caused by the {@link
    *     io.xinserve.client.errors.XinserveException}
+   * @throws UnsupportedOperationException if the prompt's options offer tools (nothing is sent)
    */
   @Override
   public ChatResponse call(Prompt prompt) {
@@ -144,9 +167,19 @@ public class XinserveChatModel implements ChatModel {
    * @param prompt the Spring AI prompt
    * @return the contract's request for it
    * @throws IllegalArgumentException if no model is known (options, defaults or the client's)
+   * @throws UnsupportedOperationException if the options offer tools
    */
   ChatRequest toRequest(Prompt prompt) {
     XinserveChatOptions o = defaults.merge(prompt.getOptions());
+    List<String> tools = o.requestedTools();
+    if (!tools.isEmpty()) {
+      throw new UnsupportedOperationException(
+          "xinserve chat models cannot call tools (the xinserve.v1 Chat call has no tool calling),"
+              + " but the prompt offers the tools "
+              + tools
+              + ": refused rather than answered without them; remove .tools(...)/.toolCallbacks(...)"
+              + " from the ChatClient call or use a chat model with tool calling");
+    }
     String model = o.getModel();
     if (model == null || model.isBlank()) {
       model = client.defaultModel().orElse(null);

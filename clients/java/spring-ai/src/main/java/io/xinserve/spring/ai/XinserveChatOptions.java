@@ -1,9 +1,16 @@
 package io.xinserve.spring.ai;
 
+import java.util.Arrays;
+import java.util.HashMap;
+import java.util.LinkedHashSet;
 import java.util.List;
+import java.util.Map;
 import java.util.Objects;
+import java.util.Set;
 import org.springframework.ai.chat.prompt.ChatOptions;
 import org.springframework.ai.model.tool.StructuredOutputChatOptions;
+import org.springframework.ai.model.tool.ToolCallingChatOptions;
+import org.springframework.ai.tool.ToolCallback;
 
 /**
  * Spring AI chat options of an xinserve model, mapped one to one onto the contract's {@code
@@ -12,13 +19,19 @@ import org.springframework.ai.model.tool.StructuredOutputChatOptions;
  * repetition_penalty}, {@code seed}, {@code ignore_eos}; Spring AI's native structured output ({@link
  * #getOutputSchema()}) becomes {@code json_schema}. {@code null} leaves the model's default.
  *
+ * <p>These are Spring AI {@link ToolCallingChatOptions}, so that tools given to {@code ChatClient}
+ * ({@code .tools(...)}, {@code .toolCallbacks(...)}, {@code .toolNames(...)} on Spring AI 1.1)
+ * arrive at {@link XinserveChatModel} instead of being dropped by Spring AI; the contract's {@code
+ * Chat} has no tool calling, so the model refuses a prompt that carries tools ({@link
+ * XinserveChatModel#call}).
+ *
  * <p>One source for both Spring AI generations: {@code xinserve-spring-ai} compiles it against
  * Spring AI 1.1 ({@link #copy()} implements {@code ChatOptions.copy()}), {@code
  * xinserve-spring-ai-boot4} against Spring AI 2.0 ({@link #mutate()} implements {@code
  * ChatOptions.mutate()}, and {@link Builder} is a {@code StructuredOutputChatOptions.Builder}
  * through {@code ChatOptionsBuilderContract}, the one type each module defines for itself).
  */
-public class XinserveChatOptions implements StructuredOutputChatOptions {
+public class XinserveChatOptions implements StructuredOutputChatOptions, ToolCallingChatOptions {
   private String model;
   private Double temperature;
   private Double topP;
@@ -31,6 +44,10 @@ public class XinserveChatOptions implements StructuredOutputChatOptions {
   private Long seed;
   private Boolean ignoreEos;
   private String outputSchema;
+  private List<ToolCallback> toolCallbacks = List.of();
+  private Set<String> toolNames = Set.of();
+  private Boolean internalToolExecutionEnabled;
+  private Map<String, Object> toolContext = Map.of();
 
   /** @return a builder of options */
   public static Builder builder() {
@@ -62,8 +79,20 @@ public class XinserveChatOptions implements StructuredOutputChatOptions {
       o.seed = x.seed;
       o.ignoreEos = x.ignoreEos;
       o.outputSchema = x.outputSchema;
-    } else if (options instanceof StructuredOutputChatOptions s) {
-      o.outputSchema = s.getOutputSchema();
+      o.toolNames = x.toolNames;
+      o.internalToolExecutionEnabled = x.internalToolExecutionEnabled;
+    } else {
+      if (options instanceof StructuredOutputChatOptions s) {
+        o.outputSchema = s.getOutputSchema();
+      }
+      if (options instanceof ToolCallingChatOptions t) {
+        o.toolNames = ToolCallingFields.toolNames(t);
+        o.internalToolExecutionEnabled = ToolCallingFields.internalToolExecutionEnabled(t);
+      }
+    }
+    if (options instanceof ToolCallingChatOptions t) {
+      o.toolCallbacks = t.getToolCallbacks() == null ? List.of() : List.copyOf(t.getToolCallbacks());
+      o.toolContext = t.getToolContext() == null ? Map.of() : Map.copyOf(t.getToolContext());
     }
     return o;
   }
@@ -90,7 +119,29 @@ public class XinserveChatOptions implements StructuredOutputChatOptions {
     o.seed = x.seed != null ? x.seed : o.seed;
     o.ignoreEos = x.ignoreEos != null ? x.ignoreEos : o.ignoreEos;
     o.outputSchema = x.outputSchema != null ? x.outputSchema : o.outputSchema;
+    o.toolCallbacks = !x.toolCallbacks.isEmpty() ? x.toolCallbacks : o.toolCallbacks;
+    o.toolNames = !x.toolNames.isEmpty() ? x.toolNames : o.toolNames;
+    o.internalToolExecutionEnabled =
+        x.internalToolExecutionEnabled != null ? x.internalToolExecutionEnabled : o.internalToolExecutionEnabled;
+    if (!x.toolContext.isEmpty()) {
+      Map<String, Object> context = new HashMap<>(o.toolContext);
+      context.putAll(x.toolContext);
+      o.toolContext = Map.copyOf(context);
+    }
     return o;
+  }
+
+  /**
+   * @return the names of the tools these options ask for: each tool callback's name, then the
+   *     tool names (Spring AI 1.1's {@code toolNames}), without repeats; empty if none
+   */
+  public List<String> requestedTools() {
+    Set<String> names = new LinkedHashSet<>();
+    for (ToolCallback c : toolCallbacks) {
+      names.add(c.getToolDefinition().name());
+    }
+    names.addAll(toolNames);
+    return List.copyOf(names);
   }
 
   @Override
@@ -214,6 +265,48 @@ public class XinserveChatOptions implements StructuredOutputChatOptions {
     this.outputSchema = outputSchema;
   }
 
+  /** @return the tool callbacks (Spring AI's {@code ToolCallingChatOptions}); empty if none */
+  @Override
+  public List<ToolCallback> getToolCallbacks() {
+    return toolCallbacks;
+  }
+
+  /** @param toolCallbacks the tools offered to the model, {@code null} for none */
+  public void setToolCallbacks(List<ToolCallback> toolCallbacks) {
+    this.toolCallbacks = toolCallbacks == null ? List.of() : List.copyOf(toolCallbacks);
+  }
+
+  /** @return the names of tools to resolve (Spring AI 1.1's {@code toolNames}); empty if none */
+  public Set<String> getToolNames() {
+    return toolNames;
+  }
+
+  /** @param toolNames names of tools to resolve, {@code null} for none */
+  public void setToolNames(Set<String> toolNames) {
+    this.toolNames = toolNames == null ? Set.of() : Set.copyOf(toolNames);
+  }
+
+  /** @return whether Spring AI runs the tools itself (Spring AI 1.1), {@code null} for its default */
+  public Boolean getInternalToolExecutionEnabled() {
+    return internalToolExecutionEnabled;
+  }
+
+  /** @param internalToolExecutionEnabled whether Spring AI runs the tools itself */
+  public void setInternalToolExecutionEnabled(Boolean internalToolExecutionEnabled) {
+    this.internalToolExecutionEnabled = internalToolExecutionEnabled;
+  }
+
+  /** @return the tool context (passed to tools, never to the model); empty if none */
+  @Override
+  public Map<String, Object> getToolContext() {
+    return toolContext;
+  }
+
+  /** @param toolContext the tool context, {@code null} for none */
+  public void setToolContext(Map<String, Object> toolContext) {
+    this.toolContext = toolContext == null ? Map.of() : Map.copyOf(toolContext);
+  }
+
   /** @return an independent copy of these options (Spring AI 1.1's {@code ChatOptions.copy()}) */
   @SuppressWarnings("unchecked")
   public XinserveChatOptions copy() {
@@ -242,6 +335,10 @@ public class XinserveChatOptions implements StructuredOutputChatOptions {
     seed = x.seed;
     ignoreEos = x.ignoreEos;
     outputSchema = x.outputSchema;
+    toolCallbacks = x.toolCallbacks;
+    toolNames = x.toolNames;
+    internalToolExecutionEnabled = x.internalToolExecutionEnabled;
+    toolContext = x.toolContext;
   }
 
   @Override
@@ -260,12 +357,18 @@ public class XinserveChatOptions implements StructuredOutputChatOptions {
         && Objects.equals(repetitionPenalty, o.repetitionPenalty)
         && Objects.equals(seed, o.seed)
         && Objects.equals(ignoreEos, o.ignoreEos)
-        && Objects.equals(outputSchema, o.outputSchema);
+        && Objects.equals(outputSchema, o.outputSchema)
+        && Objects.equals(toolCallbacks, o.toolCallbacks)
+        && Objects.equals(toolNames, o.toolNames)
+        && Objects.equals(internalToolExecutionEnabled, o.internalToolExecutionEnabled)
+        && Objects.equals(toolContext, o.toolContext);
   }
 
   @Override
   public int hashCode() {
-    return Objects.hash(model, temperature, topP, topK, maxTokens, stopSequences, seed, outputSchema);
+    return Objects.hash(
+        model, temperature, topP, topK, maxTokens, stopSequences, presencePenalty, frequencyPenalty,
+        repetitionPenalty, seed, ignoreEos, outputSchema, toolCallbacks, toolNames, toolContext);
   }
 
   /**
@@ -364,6 +467,44 @@ public class XinserveChatOptions implements StructuredOutputChatOptions {
     /** @param v JSON Schema text @return this builder */
     public Builder outputSchema(String v) {
       o.outputSchema = v;
+      return this;
+    }
+
+    /** @param v the tools offered to the model @return this builder */
+    public Builder toolCallbacks(List<ToolCallback> v) {
+      o.setToolCallbacks(v);
+      return this;
+    }
+
+    /** @param v the tools offered to the model @return this builder */
+    public Builder toolCallbacks(ToolCallback... v) {
+      o.setToolCallbacks(Arrays.asList(v));
+      return this;
+    }
+
+    /** @param v names of tools to resolve (Spring AI 1.1) @return this builder */
+    public Builder toolNames(Set<String> v) {
+      o.setToolNames(v);
+      return this;
+    }
+
+    /** @param v whether Spring AI runs the tools itself (Spring AI 1.1) @return this builder */
+    public Builder internalToolExecutionEnabled(Boolean v) {
+      o.internalToolExecutionEnabled = v;
+      return this;
+    }
+
+    /** @param v the tool context, replacing any @return this builder */
+    public Builder toolContext(Map<String, Object> v) {
+      o.setToolContext(v);
+      return this;
+    }
+
+    /** @param key a tool context key @param value its value @return this builder */
+    public Builder toolContext(String key, Object value) {
+      Map<String, Object> context = new HashMap<>(o.toolContext);
+      context.put(Objects.requireNonNull(key, "key"), Objects.requireNonNull(value, "value"));
+      o.toolContext = Map.copyOf(context);
       return this;
     }
 
