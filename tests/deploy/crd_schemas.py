@@ -1,5 +1,5 @@
-"""Validation of the chart's custom resources (ServiceMonitor, KEDA ScaledObject,
-LeaderWorkerSet) against their projects' own CRD schemas, vendored in ``tests/deploy/crds``
+"""Validation of the chart's custom resources (ServiceMonitor, PrometheusRule, KEDA
+ScaledObject, LeaderWorkerSet, InferencePool) against their projects' own CRD schemas, vendored in ``tests/deploy/crds``
 (see its README: source tag, commit, licence, how they were slimmed).
 
 A CRD's ``openAPIV3Schema`` is a structural OpenAPI v3 schema; the API server prunes fields
@@ -23,6 +23,8 @@ FILES = {
     "ServiceMonitor": "servicemonitor.json",
     "ScaledObject": "scaledobject.json",
     "LeaderWorkerSet": "leaderworkerset.json",
+    "PrometheusRule": "prometheusrule.json",
+    "InferencePool": "inferencepool.json",
 }
 
 

@@ -12,7 +12,6 @@ import pytest
 import yaml
 
 from service.config import Settings
-from service.metrics import QUEUE_LENGTH
 from tests.deploy import crd_schemas
 from tests.deploy.helm import (
     CHART,
@@ -35,6 +34,7 @@ if helm_binary() is None:
 
 # The documented path for replicas > 1: PostgreSQL (DSN from a Secret), the server key from a Secret.
 PG = ["audit.backend=postgresql", "audit.postgresql.dsnSecretName=audit-db", "audit.serverKey.secretName=server-key"]
+MODELS = ["models[0].name=qwen", "models[0].path=/models/qwen"]
 CHIP_RESOURCES = {
     "cpu": "",
     "cuda": "nvidia.com/gpu",
@@ -176,20 +176,6 @@ def test_services_headless_metrics_and_service_monitor():
     assert monitor["spec"]["endpoints"][0]["port"] == "metrics"
 
 
-def test_autoscaling_on_queue_length_hpa_and_keda():
-    exposed = QUEUE_LENGTH._name  # the metric the server really exposes
-    base = [*PG, "autoscaling.enabled=true"]
-    objects = render(*base)
-    _validate_all(objects)
-    (hpa,) = by_kind(objects, "HorizontalPodAutoscaler")
-    assert hpa["spec"]["metrics"][0]["pods"]["metric"]["name"] == exposed
-    assert "replicas" not in by_kind(objects, "Deployment")[0]["spec"]
-    (scaled,) = by_kind(render(*base, "autoscaling.kind=keda"), "ScaledObject")
-    trigger = scaled["spec"]["triggers"][0]
-    assert trigger["type"] == "prometheus" and exposed in trigger["metadata"]["query"]
-    assert scaled["spec"]["scaleTargetRef"]["name"] == "rel-xinserve"
-
-
 def test_network_policy():
     objects = render()
     (policy,) = by_kind(objects, "NetworkPolicy")
@@ -240,7 +226,9 @@ def _custom_objects() -> dict[str, dict]:
     db = PG
     return {
         "ServiceMonitor": by_kind(render("serviceMonitor.enabled=true"), "ServiceMonitor")[0],
-        "ScaledObject": by_kind(render(*db, "autoscaling.enabled=true", "autoscaling.kind=keda"), "ScaledObject")[0],
+        "ScaledObject": by_kind(
+            render(*db, *MODELS, "autoscaling.enabled=true", "autoscaling.kind=keda"), "ScaledObject"
+        )[0],
         "LeaderWorkerSet": by_kind(render(*db, "mode=leaderworkerset", "lws.size=2"), "LeaderWorkerSet")[0],
     }
 
