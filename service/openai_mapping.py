@@ -25,7 +25,9 @@ from service.openai_schemas import (
     ChatBody,
     ChatMessage,
     CompletionBody,
+    DetokenizeBody,
     EmbeddingBody,
+    TokenizeBody,
     _Sampling,
 )
 from service.sampling_fields import REPEATED_SCALARS, STRUCTURED_OUTPUT
@@ -459,3 +461,26 @@ class StreamChunks:
         if msg.HasField("usage") and self.include_usage:
             out.append(self._chunk([], usage(msg.usage)))
         return out
+
+
+def tokenize_request(body: TokenizeBody) -> inference_pb2.TokenizeRequest:
+    """vLLM's ``/tokenize`` body as the contract's ``TokenizeRequest``.
+
+    Raises:
+        RpcError: INVALID_ARGUMENT naming ``return_token_strs`` when it is true (one
+            detokenization per token is not offered).
+    """
+    if body.return_token_strs:
+        _refuse("return_token_strs", "is not supported; detokenize the ids with /detokenize")
+    return inference_pb2.TokenizeRequest(model=body.model, text=body.prompt, add_special_tokens=body.add_special_tokens)
+
+
+def tokenize_response(reply: inference_pb2.TokenizeResponse) -> dict[str, Any]:
+    """vLLM's ``/tokenize`` reply: ``count``, ``max_model_len``, ``tokens``, ``token_strs``."""
+    ids = list(reply.token_ids)
+    return {"count": len(ids), "max_model_len": reply.max_model_len, "tokens": ids, "token_strs": None}
+
+
+def detokenize_request(body: DetokenizeBody) -> inference_pb2.DetokenizeRequest:
+    """vLLM's ``/detokenize`` body as the contract's ``DetokenizeRequest``."""
+    return inference_pb2.DetokenizeRequest(model=body.model, token_ids=body.tokens)

@@ -55,10 +55,21 @@ from service.openai_mapping import (
     chat_response,
     completion_request,
     completion_response,
+    detokenize_request,
     embed_request,
     embedding_response,
+    tokenize_request,
+    tokenize_response,
 )
-from service.openai_schemas import ChatBody, CompletionBody, EmbeddingBody, lone_surrogate, parse_body
+from service.openai_schemas import (
+    ChatBody,
+    CompletionBody,
+    DetokenizeBody,
+    EmbeddingBody,
+    TokenizeBody,
+    lone_surrogate,
+    parse_body,
+)
 from service.runtime import ModelState, Runtime
 from service.status import FieldViolation, RpcError, invalid_argument
 
@@ -295,7 +306,10 @@ class OpenAIRoutes:
                 Route("/v1/completions", self.completions, methods=["POST"]),
                 Route("/v1/chat/completions", self.chat_completions, methods=["POST"]),
                 Route("/v1/embeddings", self.embeddings, methods=["POST"]),
+                Route("/tokenize", self.tokenize, methods=["POST"]),
+                Route("/detokenize", self.detokenize, methods=["POST"]),
                 Route("/health", self.health, methods=["GET"]),
+                Route("/ping", self.health, methods=["GET", "POST"]),
                 Route("/health/live", self.live, methods=["GET"]),
             ],
             exception_handlers={HTTPException: self._routing_error},
@@ -393,7 +407,13 @@ class OpenAIRoutes:
         return JSONResponse({"status": "alive"})
 
     def _model_object(self, name: str) -> dict[str, Any]:
-        return {"id": name, "object": "model", "created": 0, "owned_by": "xinserve"}
+        """OpenAI's model object, with vLLM's ``max_model_len`` (clients size prompts by it);
+        ``created``: when the model last became READY."""
+        entry = self.runtime.models[name]
+        model: dict[str, Any] = {"id": name, "object": "model", "created": entry.ready_since, "owned_by": "xinserve"}
+        if entry.engine is not None:
+            model["max_model_len"] = entry.engine.info.max_model_len
+        return model
 
     async def list_models(self, request: Request) -> Response:
         async def op(record: CallRecord, _: Any) -> Any:
@@ -429,6 +449,24 @@ class OpenAIRoutes:
             return embedding_response(reply, body.model, body.encoding_format or "float")
 
         return await self._call(request, "openai/embeddings", True, op)
+
+    async def tokenize(self, request: Request) -> Response:
+        """vLLM's ``POST /tokenize`` (prompt form), as gRPC ``Tokenize``: admitted, audited."""
+
+        async def op(record: CallRecord, data: Any) -> Any:
+            reply = await self.ops.tokenize(tokenize_request(parse_body(TokenizeBody, data)), record)
+            return tokenize_response(reply)
+
+        return await self._call(request, "openai/tokenize", True, op)
+
+    async def detokenize(self, request: Request) -> Response:
+        """vLLM's ``POST /detokenize``, as gRPC ``Detokenize``: admitted, audited."""
+
+        async def op(record: CallRecord, data: Any) -> Any:
+            reply = await self.ops.detokenize(detokenize_request(parse_body(DetokenizeBody, data)), record)
+            return {"prompt": reply.text}
+
+        return await self._call(request, "openai/detokenize", True, op)
 
     async def completions(self, request: Request) -> Response:
         return await self._generate(request, chat=False)

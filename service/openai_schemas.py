@@ -153,6 +153,22 @@ class EmbeddingBody(_Body):
     user: str | None = None
 
 
+class TokenizeBody(_Body):
+    """vLLM's ``POST /tokenize`` (completion form): ``prompt`` to token ids."""
+
+    model: str
+    prompt: str
+    add_special_tokens: bool = True
+    return_token_strs: bool = False
+
+
+class DetokenizeBody(_Body):
+    """vLLM's ``POST /detokenize``: token ids to text."""
+
+    model: str
+    tokens: list[int]
+
+
 # -- the contract's extra sampling fields -------------------------------------------------
 
 _SCALAR_TYPES: dict[int, type] = {

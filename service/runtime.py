@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import time
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -106,6 +107,8 @@ class ModelEntry:
     verification_reason: str = ""
     load_path: Path | None = None
     adapters: dict[str, AdapterEntry] = field(default_factory=dict)
+    ready_since: int = 0
+    """Unix time (seconds) the model last became READY; 0 before (OpenAI's ``created``)."""
 
 
 class Runtime:
@@ -165,6 +168,8 @@ class Runtime:
     ) -> None:
         """Move ``entry`` to ``state`` and push its health status. ``reason`` must be safe for
         any caller; ``code`` is its machine-readable form; ``detail`` is for operators only."""
+        if state is ModelState.READY and entry.state is not ModelState.READY:
+            entry.ready_since = int(time.time())
         entry.state = state
         entry.state_reason = reason
         entry.reason_code = code
