@@ -3,7 +3,8 @@
 Title ``CNMON vX [Driver vY]``; header ``Card VF Name Firmware | [Inited Driver |] Bus-Id |
 Util Ecc-Error``; two rows per card: ``index VF name firmware | … | util% ecc`` and
 ``fan temp power/cap | used MiB/ total MiB | …``. The index is the card id
-(``MLU_VISIBLE_DEVICES`` takes it).
+(``MLU_VISIBLE_DEVICES`` takes it). Health: an ``Ecc-Error`` count above 0 is CRITICAL,
+0 or ``N/A`` is OK.
 """
 
 from __future__ import annotations
@@ -60,6 +61,8 @@ def _card(rows: list[list[str]], line_no: int, title_driver: str) -> Device:
     power_match = re.search(r"(\S+)\s*W\s*/", figures)
     used, total = used_total(TOOL, rows[1][1], f"{where} memory")
     util_words = rows[0][2].split()
+    ecc = util_words[-1] if len(util_words) >= 2 else "N/A"
+    ecc_count = number(TOOL, ecc, f"{where} Ecc-Error")
     return Device(
         kind="mlu",
         index=idx,
@@ -69,7 +72,7 @@ def _card(rows: list[list[str]], line_no: int, title_driver: str) -> Device:
         utilization_ratio=percent_ratio(TOOL, util_words[0] if util_words else "N/A", f"{where} utilization"),
         temperature_celsius=number(TOOL, temp_match.group(1), f"{where} temperature", ("c",)) if temp_match else None,
         power_watts=number(TOOL, power_match.group(1), f"{where} power", ("w",)) if power_match else None,
-        health=Health.OK,
+        health=Health.CRITICAL if ecc_count else Health.OK,
         driver_version=driver,
         firmware_version=head[-1].removeprefix("v"),
         bus_id=middle[0] if middle and ":" in middle[0] else "",

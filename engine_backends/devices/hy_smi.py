@@ -7,14 +7,22 @@ keys, which ``json.loads`` refuses; the parser therefore reads it as a sequence 
 ``"key": "value"`` pairs inside each ``"cardN": {...}`` object, which accepts both the valid
 and the malformed form and nothing else. The index is N of ``cardN`` (``HIP_VISIBLE_DEVICES``
 takes it).
+
+Some flags print plain text even with ``--json`` (a banner or a line of their own before or
+after the object); that text is ignored, never mixed into the JSON. hy-smi builds without
+JSON output print the plain summary table instead (``DCU|HCU  Temp  AvgPwr  Perf  PwrCap
+VRAM%  DCU%|HCU%  [Dec%  Enc%]  Mode`` between ``=====`` rules): it is read too, giving
+temperature, power and utilisation (its VRAM% is a ratio, so memory is absent). The tool
+reports no error counters in either view: health is OK for every card read, and a card whose
+figure cannot be read is one DEGRADED card naming the field.
 """
 
 from __future__ import annotations
 
 import re
 
-from engine_backends.devices.model import Device, DeviceParseError, Health
-from engine_backends.devices.numbers import memory_bytes, number, percent_ratio
+from engine_backends.devices.model import Device, DeviceParseError, Health, unreadable_device
+from engine_backends.devices.numbers import index, memory_bytes, number, percent_ratio
 
 TOOL = "hy-smi"
 ARGV = (
@@ -28,6 +36,8 @@ ARGV = (
     "--showdriverversion",
     "--json",
 )
+# Builds without JSON output: the plain summary table (``parse_table``).
+TABLE_ARGV = ("hy-smi",)
 
 _CARD = re.compile(r'"card(\d{1,4})"\s*:\s*\{([^{}]*)\}')
 _PAIR = re.compile(r'"([^"\\]{0,200})"\s*:\s*(?:"([^"\\]{0,200})"|([-+0-9.eE]{1,40}[A-Za-z%]{0,4}))')
@@ -46,17 +56,21 @@ _USED = (
 
 
 def parse(text: str) -> list[Device]:
-    """DCUs from ``hy-smi --json`` output (valid or with hy-smi's missing commas).
+    """DCUs from ``hy-smi --json`` output (valid or with hy-smi's missing commas, text around
+    it ignored), or from the plain summary table of builds without JSON.
 
     Raises:
-        DeviceParseError: no ``"cardN": {...}`` object, the same card twice, or a figure that
-            is not a number.
+        DeviceParseError: neither a ``{"cardN": {...}}`` object nor the summary table, or the
+            same card twice.
     """
     if len(text) > _MAX_TEXT:
         raise DeviceParseError(TOOL, "output larger than 4 MiB")
-    stripped = text.strip()
-    if not stripped.startswith("{") or not stripped.endswith("}"):
-        raise DeviceParseError(TOOL, "expected a JSON object of cards")
+    start, end = text.find("{"), text.rfind("}")
+    if start < 0 or end < start:
+        if _table_header(text.splitlines()) is not None:
+            return parse_table(text)
+        raise DeviceParseError(TOOL, "expected a JSON object of cards or the summary table")
+    text = text[start : end + 1]
     driver_match = re.search(r'"Driver version"\s*:\s*"([^"\\]{1,64})"', text)
     devices: dict[int, Device] = {}
     for match in _CARD.finditer(text):
@@ -66,7 +80,10 @@ def parse(text: str) -> list[Device]:
         fields: dict[str, str] = {}
         for pair in _PAIR.finditer(match.group(2)):
             fields.setdefault(pair.group(1), pair.group(2) if pair.group(2) is not None else pair.group(3))
-        devices[idx] = _card(idx, fields, driver_match.group(1) if driver_match else "")
+        try:
+            devices[idx] = _card(idx, fields, driver_match.group(1) if driver_match else "")
+        except DeviceParseError as exc:
+            devices[idx] = unreadable_device("dcu", idx, exc)
     if not devices:
         raise DeviceParseError(TOOL, 'no "cardN": {...} object')
     return [devices[i] for i in sorted(devices)]
@@ -101,3 +118,57 @@ def _card(idx: int, fields: dict[str, str], driver: str) -> Device:
         firmware_version=fields.get("VBIOS version", ""),
         bus_id=fields.get("PCI Bus", ""),
     )
+
+
+_TABLE_IDS = ("DCU", "HCU")
+
+
+def _table_header(lines: list[str]) -> tuple[int, list[str]] | None:
+    for number_, line in enumerate(lines):
+        words = line.split()
+        if len(words) >= 7 and words[0] in _TABLE_IDS and words[1:3] == ["Temp", "AvgPwr"]:
+            return number_, words
+    return None
+
+
+def parse_table(text: str) -> list[Device]:
+    """DCUs from the plain ``hy-smi`` summary table (one line per card under the header).
+
+    Raises:
+        DeviceParseError: no ``DCU|HCU Temp AvgPwr`` header, or the same card twice.
+    """
+    lines = text.splitlines()
+    found = _table_header(lines)
+    if found is None:
+        raise DeviceParseError(TOOL, "no 'DCU Temp AvgPwr' header line")
+    header, names = found
+    util_name = next((n for n in names if n in ("DCU%", "HCU%")), None)
+    devices: dict[int, Device] = {}
+    for number_ in range(header + 1, len(lines)):
+        words = lines[number_].split()
+        if not words or set(lines[number_].strip()) <= set("="):
+            if words:
+                break
+            continue
+        where = f"line {number_ + 1}"
+        try:
+            idx = index(TOOL, words[0], f"{where} {names[0]}")
+        except DeviceParseError:
+            break
+        if idx in devices:
+            raise DeviceParseError(TOOL, f"{where}: card {idx} appears twice")
+        try:
+            if len(words) != len(names):
+                raise DeviceParseError(TOOL, f"{where}: expected {len(names)} columns, got {len(words)}")
+            row = dict(zip(names, words, strict=True))
+            devices[idx] = Device(
+                kind="dcu",
+                index=idx,
+                utilization_ratio=percent_ratio(TOOL, row[util_name], f"{where} {util_name}") if util_name else None,
+                temperature_celsius=number(TOOL, row["Temp"], f"{where} Temp", ("c",)),
+                power_watts=number(TOOL, row["AvgPwr"], f"{where} AvgPwr", ("w",)),
+                health=Health.OK,
+            )
+        except DeviceParseError as exc:
+            devices[idx] = unreadable_device("dcu", idx, exc)
+    return [devices[i] for i in sorted(devices)]

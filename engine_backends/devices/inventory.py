@@ -10,7 +10,7 @@ kunlun   ``xpu-smi`` (Kunlunxin's)                          ``xpu_smi.parse_kunl
 xpu      ``xpu-smi`` (Intel's)                              ``xpu_smi.parse_intel``
 mlu      ``cnmon``                                          ``cnmon``
 musa     ``mthreads-gmi``                                   ``mthreads_gmi``
-dcu      ``hy-smi --json``                                  ``hy_smi``
+dcu      ``hy-smi --json``, else plain ``hy-smi``             ``hy_smi``
 metax    ``mx-smi``                                         ``mx_smi``
 =======  =================================================  ==========================
 """
@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 
 from engine_backends.devices import cnmon, cpu, hy_smi, mthreads_gmi, mx_smi, npu_smi, nvidia_smi, xpu_smi
 from engine_backends.devices.model import Device, DeviceParseError, DeviceToolError, failed_device
-from engine_backends.devices.tool_runner import run_tool
+from engine_backends.devices.tool_runner import find_tool, run_tool
 
 DEFAULT_TIMEOUT_SECONDS = 10.0
 
@@ -48,6 +48,21 @@ def _read_cuda(timeout: float) -> list[Device]:
             raise DeviceToolError(f"{nvml_error}; {exc}") from None
 
 
+def _read_dcu(timeout: float) -> list[Device]:
+    argv, parser = TOOLS["dcu"]
+    try:
+        return parser(run_tool(argv, timeout))
+    except (DeviceToolError, DeviceParseError) as json_error:
+        if find_tool(hy_smi.TOOL) is None:
+            raise
+        try:
+            return hy_smi.parse_table(run_tool(hy_smi.TABLE_ARGV, timeout))
+        except DeviceParseError as exc:
+            raise DeviceParseError(hy_smi.TOOL, f"{json_error}; plain table: {exc.reason}") from None
+        except DeviceToolError as exc:
+            raise DeviceToolError(f"{json_error}; {exc}") from None
+
+
 def read_devices(kind: str, timeout: float = DEFAULT_TIMEOUT_SECONDS) -> list[Device]:
     """The devices of ``kind`` as its tool reports them now.
 
@@ -61,6 +76,8 @@ def read_devices(kind: str, timeout: float = DEFAULT_TIMEOUT_SECONDS) -> list[De
         return [cpu.read()]
     if kind == "cuda":
         return _read_cuda(timeout)
+    if kind == "dcu":
+        return _read_dcu(timeout)
     if kind not in TOOLS:
         raise ValueError(f"unknown device kind {kind!r}; one of {', '.join(KINDS)}")
     argv, parser = TOOLS[kind]

@@ -22,8 +22,32 @@ TOOL = "nvidia-smi"
 ARGV = ("nvidia-smi", "-q", "-x")
 
 
+_UNCORRECTABLE = (
+    "ecc_errors/volatile/dram_uncorrectable",
+    "ecc_errors/volatile/sram_uncorrectable",
+    "ecc_errors/volatile/double_bit/total",
+)
+
+
+def _health(gpu: ET.Element) -> Health:
+    """CRITICAL: a volatile uncorrectable ECC count above 0, or a row-remapping failure;
+    WARNING: a page retirement or row remapping pending (a reset is due); else OK."""
+
+    def text(path: str) -> str:
+        return (gpu.findtext(path) or "").strip()
+
+    if any(text(p).isdigit() and int(text(p)) > 0 for p in _UNCORRECTABLE):
+        return Health.CRITICAL
+    if text("remapped_rows/remapping_failure_occurred") == "Yes":
+        return Health.CRITICAL
+    if "Yes" in (text("retired_pages/pending_retirement"), text("remapped_rows/remapped_row_pending")):
+        return Health.WARNING
+    return Health.OK
+
+
 def parse(text: str) -> list[Device]:
-    """Devices from ``nvidia-smi -q -x`` output.
+    """Devices from ``nvidia-smi -q -x`` output. Health: see ``_health``; a vGPU guest's 0 °C
+    (``virtualization_mode`` VGPU, no sensor of its own) is an unknown temperature.
 
     Raises:
         DeviceParseError: not XML, not an ``nvidia_smi_log``, entity declarations (refused by
@@ -61,6 +85,9 @@ def parse(text: str) -> list[Device]:
             ),
             "",
         )
+        temperature = number(TOOL, field("temperature/gpu_temp"), f"{where} temperature", ("c",))
+        if temperature == 0 and field("gpu_virtualization_mode/virtualization_mode") == "VGPU":
+            temperature = None
         devices.append(
             Device(
                 kind="cuda",
@@ -69,9 +96,9 @@ def parse(text: str) -> list[Device]:
                 memory_total_bytes=memory_bytes(TOOL, field("fb_memory_usage/total"), f"{where} memory total"),
                 memory_used_bytes=memory_bytes(TOOL, field("fb_memory_usage/used"), f"{where} memory used"),
                 utilization_ratio=percent_ratio(TOOL, field("utilization/gpu_util"), f"{where} utilization"),
-                temperature_celsius=number(TOOL, field("temperature/gpu_temp"), f"{where} temperature", ("c",)),
+                temperature_celsius=temperature,
                 power_watts=number(TOOL, power_text, f"{where} power", ("w",)),
-                health=Health.OK,
+                health=_health(gpu),
                 driver_version=driver,
                 firmware_version=field("vbios_version"),
                 bus_id=gpu.get("id", ""),

@@ -6,6 +6,7 @@ import pytest
 from engine_backends.devices import Health, nvidia_smi, read_devices, read_inventory
 from engine_backends.devices.model import DeviceToolError
 from engine_backends.devices.visible import VisibleDevicesError, check_visible_devices
+from tests.devices.conftest import FIXTURES as FIXTURES_DIR
 from tests.devices.conftest import fixture_text
 
 RECORDED = [
@@ -155,3 +156,12 @@ def test_one_unreadable_device_does_not_block_the_visible_check(fake_tools, tmp_
 def test_kunlun_tool_missing_under_both_names(fake_tools):
     (dev,) = read_inventory("kunlun")
     assert dev.health is Health.DEGRADED and dev.placeholder and dev.error.startswith("xpu-smi / xpu_smi not found")
+
+
+def test_hy_smi_without_json_falls_back_to_the_plain_table(fake_tools):
+    table = FIXTURES_DIR / "hy-smi_hcu-x8-400w.txt"
+    fake_tools(
+        "hy-smi", f'case "$*" in *--json*) echo "unrecognized arguments: --json" >&2; exit 2;; esac; cat \'{table}\''
+    )
+    devices = read_inventory("dcu")
+    assert [d.index for d in devices] == list(range(8)) and all(d.health is Health.OK for d in devices)

@@ -247,3 +247,56 @@ def test_cnmon_one_bad_card_does_not_hide_the_others():
     assert [c.index for c in cards] == [c.index for c in good] and len(cards) == len(good) > 1
     assert cards[0].health is Health.DEGRADED and "memory" in cards[0].error
     assert all(c.health is Health.OK for c in cards[1:])
+
+
+def test_cnmon_ecc_errors_are_critical():
+    text = fixture_text("cnmon_mlu370-x8.txt").replace("| 0%                N/A |", "| 0%                  3 |", 1)
+    cards = cnmon.parse(text)
+    assert cards[0].health is Health.CRITICAL and cards[1].health is Health.OK
+
+
+def test_nvidia_smi_uncorrectable_ecc_and_pending_retirement():
+    xml = fixture_text("nvidia-smi-q-x_a100-sxm4.xml")
+    assert nvidia_smi.parse(xml)[0].health is Health.OK
+    ecc = xml.replace("<dram_uncorrectable>0</dram_uncorrectable>", "<dram_uncorrectable>2</dram_uncorrectable>", 1)
+    assert nvidia_smi.parse(ecc)[0].health is Health.CRITICAL
+    t4 = fixture_text("nvidia-smi-q-x_tesla-t4.xml")
+    pending = t4.replace("<pending_retirement>No</pending_retirement>", "<pending_retirement>Yes</pending_retirement>")
+    assert pending != t4 and nvidia_smi.parse(pending)[0].health is Health.WARNING
+
+
+def test_nvidia_smi_vgpu_guest_zero_temperature_is_unknown():
+    xml = fixture_text("nvidia-smi-q-x_a100-sxm4.xml").replace("<gpu_temp>27 C</gpu_temp>", "<gpu_temp>0 C</gpu_temp>")
+    assert nvidia_smi.parse(xml)[0].temperature_celsius == 0.0
+    guest = xml.replace(
+        "<virtualization_mode>None</virtualization_mode>", "<virtualization_mode>VGPU</virtualization_mode>"
+    )
+    assert nvidia_smi.parse(guest)[0].temperature_celsius is None
+
+
+@pytest.mark.parametrize(
+    ("fixture", "count", "power0", "temp0"),
+    [
+        ("hy-smi_k100-ai_dtk24.04.1.txt", 4, 118.0, 49.0),
+        ("hy-smi_hcu-x8-400w.txt", 8, 114.0, 59.0),
+        ("hy-smi_bw1000_dtk26.04.txt", 2, 80.0, 50.0),
+    ],
+)
+def test_hy_smi_plain_summary_tables(fixture, count, power0, temp0):
+    cards = hy_smi.parse(fixture_text(fixture))
+    assert [c.index for c in cards] == list(range(count))
+    assert all(c.health is Health.OK and not c.error and c.utilization_ratio == 0.0 for c in cards)
+    assert (cards[0].power_watts, cards[0].temperature_celsius) == (power0, temp0)
+    assert cards[0].memory_total_bytes is None  # the table has VRAM% only
+
+
+def test_hy_smi_text_printed_around_the_json_is_ignored():
+    text = "Driver version: 6.3.8\n" + fixture_text("hy-smi-json_bw.json") + "\n====== End of SMI Log ======\n"
+    assert [c.index for c in hy_smi.parse(text)] == [0, 1]
+
+
+def test_hy_smi_one_bad_figure_degrades_that_card():
+    text = fixture_text("hy-smi_hcu-x8-400w.txt").replace("61.0C    109.0W", "61.0C    hot.0W ")
+    cards = hy_smi.parse(text)
+    assert len(cards) == 8 and cards[1].health is Health.DEGRADED and "AvgPwr" in cards[1].error
+    assert sum(c.health is Health.OK for c in cards) == 7

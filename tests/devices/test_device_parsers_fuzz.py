@@ -25,6 +25,8 @@ CASES = [
     (mthreads_gmi.parse, "mthreads-gmi_s5000x8_2.4.1.txt"),
     (mthreads_gmi.parse, "mthreads-gmi_s80_1.14.0.txt"),
     (mx_smi.parse, "mx-smi_c500x8_2.2.9.txt"),
+    (hy_smi.parse, "hy-smi_hcu-x8-400w.txt"),
+    (hy_smi.parse, "hy-smi_bw1000_dtk26.04.txt"),
 ]
 TEXTS = {name: fixture_text(name) for _, name in CASES}
 FUZZ = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
