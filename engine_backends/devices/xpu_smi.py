@@ -7,7 +7,8 @@
 
 Kunlunxin installs the same tool as ``xpu_smi`` on some driver releases; the runner tries
 ``xpu-smi`` and then ``xpu_smi`` (``tool_runner.ALIASES``). A device box that cannot be read is
-one DEGRADED device naming the field.
+one DEGRADED device naming the field. Health (Kunlunxin): a ``Volatile Uncorr. ECC`` count
+above 0 is CRITICAL; Intel's summary table prints no error counter (OK).
 
 ``detect`` tells them apart from the title; each parser refuses the other's output with a
 message saying which tool it is, so a Kunlun host never reports an Intel card or the reverse.
@@ -95,6 +96,10 @@ def _device(kind: str, rows: list[list[str]], line_no: int, driver: str) -> Devi
     temp_match = re.search(r"(\S+C)\b", figures)
     power_match = re.search(r"(\S+)\s*/\s*\S+W", figures)
     util_text = memory_row[2].split()[0] if memory_row[2].split() else "N/A"
+    health = Health.OK
+    if kind == "kunlun":
+        ecc = number(TOOL, rows[0][2].strip() or "N/A", f"{where} Volatile Uncorr. ECC")
+        health = Health.CRITICAL if ecc else Health.OK
     return Device(
         kind=kind,
         index=idx,
@@ -104,7 +109,7 @@ def _device(kind: str, rows: list[list[str]], line_no: int, driver: str) -> Devi
         utilization_ratio=percent_ratio(TOOL, util_text, f"{where} utilization"),
         temperature_celsius=number(TOOL, temp_match.group(1), f"{where} temperature", ("c",)) if temp_match else None,
         power_watts=number(TOOL, power_match.group(1), f"{where} power", ("w",)) if power_match else None,
-        health=Health.OK,
+        health=health,
         driver_version=driver,
         bus_id=rows[0][1].split()[0] if rows[0][1].split() else "",
     )

@@ -300,3 +300,24 @@ def test_hy_smi_one_bad_figure_degrades_that_card():
     cards = hy_smi.parse(text)
     assert len(cards) == 8 and cards[1].health is Health.DEGRADED and "AvgPwr" in cards[1].error
     assert sum(c.health is Health.OK for c in cards) == 7
+
+
+@pytest.mark.parametrize(
+    ("fixture", "ids", "driver"),
+    [
+        ("xpu_smi_kunlun-p800x8_5.0.21.26.txt", list(range(8)), "5.0.21.26"),
+        ("xpu-smi_kunlun-p800_5.19.0.0.txt", [0, 1, 7], "5.19.0.0"),
+    ],
+)
+def test_kunlun_xpu_smi_versions(fixture, ids, driver):
+    xpus = xpu_smi.parse_kunlun(fixture_text(fixture))
+    assert [x.index for x in xpus] == ids
+    assert all(x.health is Health.OK and x.driver_version == driver and x.name == "P800 OAM" for x in xpus)
+    assert all(x.memory_total_bytes == 98304 * MIB for x in xpus)
+
+
+def test_kunlun_uncorrectable_ecc_is_critical():
+    text = fixture_text("xpu-smi_kunlun-p800_5.19.0.0.txt").replace(
+        "| 00000000:05:00.0 N/A |                    0 |", "| 00000000:05:00.0 N/A |                    2 |"
+    )
+    assert [x.health for x in xpu_smi.parse_kunlun(text)] == [Health.OK, Health.CRITICAL, Health.OK]
