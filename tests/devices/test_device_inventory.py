@@ -18,6 +18,7 @@ RECORDED = [
     ("dcu", "hy-smi", "hy-smi-json_bw.json", 2),
     ("metax", "mx-smi", "mx-smi_c550.txt", 8),
     ("ascend", "npu-smi", "npu-smi-info_a3-ascend910_25.5.1.txt", 5),
+    ("ascend", "npu-smi", "npu-smi-info_a3-ascend910x16_25.2.3.txt", 16),
     ("ascend", "npu-smi", "npu-smi-info_ascend950dt_25.6.rc1.txt", 4),
     ("musa", "mthreads-gmi", "mthreads-gmi_s5000x8_2.4.1.txt", 8),
     ("musa", "mthreads-gmi", "mthreads-gmi_s80_1.14.0.txt", 1),
@@ -166,3 +167,10 @@ def test_hy_smi_without_json_falls_back_to_the_plain_table(fake_tools):
     )
     devices = read_inventory("dcu")
     assert [d.index for d in devices] == list(range(8)) and all(d.health is Health.OK for d in devices)
+
+
+def test_a3_host_second_die_of_npu_4_is_logical_9(fake_tools):
+    fake_tools.printing("npu-smi", "npu-smi-info_a3-ascend910x16_25.2.3.txt")
+    inventory = read_inventory("ascend")
+    assert check_visible_devices("ascend", "8,9", inventory) == [8, 9]
+    assert {d.card for d in inventory if d.visible_id in (8, 9)} == {4}

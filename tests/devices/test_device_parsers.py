@@ -321,3 +321,14 @@ def test_kunlun_uncorrectable_ecc_is_critical():
         "| 00000000:05:00.0 N/A |                    0 |", "| 00000000:05:00.0 N/A |                    2 |"
     )
     assert [x.health for x in xpu_smi.parse_kunlun(text)] == [Health.OK, Health.CRITICAL, Health.OK]
+
+
+def test_npu_smi_a3_full_host_sixteen_dies_of_eight_cards():
+    dies = npu_smi.parse(fixture_text("npu-smi-info_a3-ascend910x16_25.2.3.txt"))
+    assert [d.index for d in dies] == list(range(16))
+    assert [d.card for d in dies] == [n // 2 for n in range(16)]
+    assert [d.visible_id for d in dies] == list(range(16))
+    assert all(d.health is Health.OK and not d.error for d in dies)
+    assert [d.power_watts is None for d in dies] == [n % 2 == 1 for n in range(16)]  # "-" on each second die
+    assert dies[15].memory_used_bytes == 50242 * MIB and dies[15].bus_id == "0000:83:00.0"
+    assert dies[12].utilization_ratio == 0.17 and dies[0].driver_version == "25.2.3"
