@@ -23,6 +23,7 @@ RECORDED = [
     ("musa", "mthreads-gmi", "mthreads-gmi_s5000x8_2.4.1.txt", 8),
     ("musa", "mthreads-gmi", "mthreads-gmi_s80_1.14.0.txt", 1),
     ("metax", "mx-smi", "mx-smi_c500x8_2.2.9.txt", 8),
+    ("metax", "mx-smi", "mx-smi_c500_2.3.1.txt", 1),
     ("kunlun", "xpu_smi", "xpu_smi_kunlun-p800x8_5.0.21.26.txt", 8),
     ("kunlun", "xpu-smi", "xpu-smi_kunlun-p800_5.19.0.0.txt", 3),
 ]

@@ -332,3 +332,10 @@ def test_npu_smi_a3_full_host_sixteen_dies_of_eight_cards():
     assert [d.power_watts is None for d in dies] == [n % 2 == 1 for n in range(16)]  # "-" on each second die
     assert dies[15].memory_used_bytes == 50242 * MIB and dies[15].bus_id == "0000:83:00.0"
     assert dies[12].utilization_ratio == 0.17 and dies[0].driver_version == "25.2.3"
+
+
+def test_mx_smi_231():
+    (gpu,) = mx_smi.parse(fixture_text("mx-smi_c500_2.3.1.txt"))
+    assert (gpu.index, gpu.name, gpu.health, gpu.bus_id) == (0, "MetaX C500", Health.OK, "0000:12:00.0")
+    assert (gpu.power_watts, gpu.temperature_celsius, gpu.utilization_ratio) == (37.0, 32.0, 0.0)
+    assert (gpu.driver_version, gpu.firmware_version, gpu.memory_used_bytes) == ("3.8.30", "1.33.5.0", 826 * MIB)
