@@ -24,6 +24,8 @@ RECORDED = [
     ("musa", "mthreads-gmi", "mthreads-gmi_s80_1.14.0.txt", 1),
     ("metax", "mx-smi", "mx-smi_c500x8_2.2.9.txt", 8),
     ("metax", "mx-smi", "mx-smi_c500_2.3.1.txt", 1),
+    ("mlu", "cnmon", "cnmon_mlu370-x4x3_v4.20.11.txt", 3),
+    ("mlu", "cnmon", "cnmon_mlu370-x8_v5.10.22.txt", 2),
     ("kunlun", "xpu_smi", "xpu_smi_kunlun-p800x8_5.0.21.26.txt", 8),
     ("kunlun", "xpu-smi", "xpu-smi_kunlun-p800_5.19.0.0.txt", 3),
 ]

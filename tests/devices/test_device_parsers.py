@@ -339,3 +339,17 @@ def test_mx_smi_231():
     assert (gpu.index, gpu.name, gpu.health, gpu.bus_id) == (0, "MetaX C500", Health.OK, "0000:12:00.0")
     assert (gpu.power_watts, gpu.temperature_celsius, gpu.utilization_ratio) == (37.0, 32.0, 0.0)
     assert (gpu.driver_version, gpu.firmware_version, gpu.memory_used_bytes) == ("3.8.30", "1.33.5.0", 826 * MIB)
+
+
+def test_cnmon_v4_inited_driver_layout():
+    cards = cnmon.parse(fixture_text("cnmon_mlu370-x4x3_v4.20.11.txt"))
+    assert [c.index for c in cards] == [0, 1, 2]
+    assert all(c.name == "MLU370-X4" and c.health is Health.OK and c.driver_version == "4.20.11" for c in cards)
+    assert (cards[1].temperature_celsius, cards[1].power_watts) == (33.0, 25.0)
+    assert cards[0].memory_total_bytes == 23308 * MIB and cards[0].bus_id == ""
+
+
+def test_cnmon_v5_ecc_count_zero_is_ok():
+    cards = cnmon.parse(fixture_text("cnmon_mlu370-x8_v5.10.22.txt"))
+    assert [c.index for c in cards] == [0, 1] and all(c.health is Health.OK for c in cards)
+    assert cards[1].bus_id == "0000:16:00.0" and cards[0].memory_total_bytes == 20638 * MIB

@@ -26,6 +26,7 @@ CASES = [
     (mthreads_gmi.parse, "mthreads-gmi_s80_1.14.0.txt"),
     (mx_smi.parse, "mx-smi_c500x8_2.2.9.txt"),
     (mx_smi.parse, "mx-smi_c500_2.3.1.txt"),
+    (cnmon.parse, "cnmon_mlu370-x4x3_v4.20.11.txt"),
     (hy_smi.parse, "hy-smi_hcu-x8-400w.txt"),
     (xpu_smi.parse_kunlun, "xpu_smi_kunlun-p800x8_5.0.21.26.txt"),
     (hy_smi.parse, "hy-smi_bw1000_dtk26.04.txt"),
