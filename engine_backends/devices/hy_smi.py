@@ -33,9 +33,12 @@ ARGV = (
     "--showuse",
     "--showtemp",
     "--showpower",
-    "--showdriverversion",
     "--json",
 )
+# ``--showdriverversion`` prints a text line (``Driver Version: 6.3.27-V1.2.5``) whatever else
+# is asked, so it runs on its own and never joins the JSON call.
+DRIVER_ARGV = ("hy-smi", "--showdriverversion")
+_DRIVER_LINE = re.compile(r"Driver Version\s*:\s*(\S{1,64})", re.IGNORECASE)
 # Builds without JSON output: the plain summary table (``parse_table``).
 TABLE_ARGV = ("hy-smi",)
 
@@ -118,6 +121,12 @@ def _card(idx: int, fields: dict[str, str], driver: str) -> Device:
         firmware_version=fields.get("VBIOS version", ""),
         bus_id=fields.get("PCI Bus", ""),
     )
+
+
+def parse_driver_version(text: str) -> str:
+    """The version from ``hy-smi --showdriverversion``'s text, "" when it prints none."""
+    match = _DRIVER_LINE.search(text[:_MAX_TEXT])
+    return match.group(1) if match else ""
 
 
 _TABLE_IDS = ("DCU", "HCU")

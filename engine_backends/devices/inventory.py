@@ -6,17 +6,19 @@ kind     tool                                               parser
 cpu      /proc/cpuinfo, /proc/meminfo, /proc/stat           ``cpu``
 cuda     NVML (nvidia-ml-py), else ``nvidia-smi -q -x``     ``nvidia_smi``
 ascend   ``npu-smi info``                                   ``npu_smi``
-kunlun   ``xpu-smi`` (Kunlunxin's)                          ``xpu_smi.parse_kunlun``
+kunlun   ``xpu-smi`` or ``xpu_smi`` (Kunlunxin's)           ``xpu_smi.parse_kunlun``
 xpu      ``xpu-smi`` (Intel's)                              ``xpu_smi.parse_intel``
 mlu      ``cnmon``                                          ``cnmon``
 musa     ``mthreads-gmi``                                   ``mthreads_gmi``
-dcu      ``hy-smi --json``, else plain ``hy-smi``             ``hy_smi``
+dcu      ``hy-smi --json``, else plain ``hy-smi``;           ``hy_smi``
+         the driver from ``hy-smi --showdriverversion``
 metax    ``mx-smi``                                         ``mx_smi``
 =======  =================================================  ==========================
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 
 from engine_backends.devices import cnmon, cpu, hy_smi, mthreads_gmi, mx_smi, npu_smi, nvidia_smi, xpu_smi
@@ -51,16 +53,27 @@ def _read_cuda(timeout: float) -> list[Device]:
 def _read_dcu(timeout: float) -> list[Device]:
     argv, parser = TOOLS["dcu"]
     try:
-        return parser(run_tool(argv, timeout))
+        devices = parser(run_tool(argv, timeout))
     except (DeviceToolError, DeviceParseError) as json_error:
         if find_tool(hy_smi.TOOL) is None:
             raise
         try:
-            return hy_smi.parse_table(run_tool(hy_smi.TABLE_ARGV, timeout))
+            devices = hy_smi.parse_table(run_tool(hy_smi.TABLE_ARGV, timeout))
         except DeviceParseError as exc:
             raise DeviceParseError(hy_smi.TOOL, f"{json_error}; plain table: {exc.reason}") from None
         except DeviceToolError as exc:
             raise DeviceToolError(f"{json_error}; {exc}") from None
+    return _with_dcu_driver(devices, timeout)
+
+
+def _with_dcu_driver(devices: list[Device], timeout: float) -> list[Device]:
+    if all(d.driver_version for d in devices):
+        return devices
+    try:
+        driver = hy_smi.parse_driver_version(run_tool(hy_smi.DRIVER_ARGV, timeout))
+    except DeviceToolError:
+        return devices
+    return [d if d.driver_version else dataclasses.replace(d, driver_version=driver) for d in devices]
 
 
 def read_devices(kind: str, timeout: float = DEFAULT_TIMEOUT_SECONDS) -> list[Device]:

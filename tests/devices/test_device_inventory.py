@@ -177,3 +177,22 @@ def test_a3_host_second_die_of_npu_4_is_logical_9(fake_tools):
     inventory = read_inventory("ascend")
     assert check_visible_devices("ascend", "8,9", inventory) == [8, 9]
     assert {d.card for d in inventory if d.visible_id in (8, 9)} == {4}
+
+
+def test_hy_smi_driver_version_is_asked_apart_from_the_json_call(fake_tools, tmp_path):
+    calls = tmp_path / "calls"
+    json_out = FIXTURES_DIR / "hy-smi-json_bw.json"
+    fake_tools(
+        "hy-smi",
+        f"echo \"$*\" >> '{calls}'\n"
+        'case "$*" in\n'
+        f"  *--json*) cat '{json_out}';;\n"
+        '  --showdriverversion) echo "Driver Version: 6.3.27-V1.2.5";;\n'
+        "  *) exit 2;;\n"
+        "esac",
+    )
+    devices = read_inventory("dcu")
+    assert [d.driver_version for d in devices] == ["6.3.27-V1.2.5"] * 2
+    lines = calls.read_text().splitlines()
+    assert "--showdriverversion" in lines
+    assert all("--showdriverversion" not in line for line in lines if "--json" in line)
