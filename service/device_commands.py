@@ -127,7 +127,7 @@ def _print_engine_args(args: argparse.Namespace) -> int:
                 _, options = builtin_serving_options(name)
                 # Built-in models are small (under 1 B parameters): the large-model rule never applies.
                 plans.append((f"built-in model {name}", plan_engine_args(profile, configured, options)))
-        print(f"device: {profile.device}")
+        print(f"device: {profile.name}")
         for title, plan in plans:
             print(f"{title}:")
             for arg in plan:

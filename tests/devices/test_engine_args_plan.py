@@ -70,3 +70,16 @@ def test_the_server_starts_models_with_the_plan(tmp_path):
     assert options == expected
     assert options["enable_chunked_prefill"] is True and options["max_num_batched_tokens"] == 512
     assert options["max_model_len"] == 1024 and options["max_num_seqs"] == 4 and options["enforce_eager"] is True
+
+
+def test_kunlun_keeps_chunked_prefill_off_for_large_models(tmp_path):
+    (tmp_path / "model-00001.safetensors").open("wb").truncate(70 * 10**9)  # sparse: ~35 B parameters
+    plan = _plan("kunlun", {}, model_dir=tmp_path)
+    assert (plan["enable_chunked_prefill"].value, plan["enable_chunked_prefill"].source) == (False, "kunlun profile")
+    assert (plan["max_num_batched_tokens"].value, plan["max_num_batched_tokens"].source) == (32768, "kunlun profile")
+    assert plan["block_size"].value == 128 and plan["dtype"].value == "float16"
+
+
+def test_a_chip_model_profile_is_named_in_the_plan():
+    plan = _plan("ascend-310p", {})
+    assert (plan["dtype"].value, plan["dtype"].source) == ("float16", "ascend-310p profile")

