@@ -45,7 +45,7 @@ def test_every_chip_has_an_image():
 def test_base_image_vllm_in_the_supported_range(chip):
     entry = IMAGES[chip]
     version = Version(entry["vllm_version"])
-    specifier = SUPPORTED_VLLM[chip].specifier
+    specifier = SUPPORTED_VLLM[PROFILES[chip].device].specifier
     if specifier is not None:
         assert specifier.contains(version, prereleases=True), f"{chip}: vLLM {version} not in {specifier}"
     if chip != "cpu":
@@ -90,3 +90,20 @@ def test_non_root_grpc_health_check_and_no_model_inside():
     copied = re.findall(r"^COPY (?!--from)(.+?) \S+$", text, re.M)
     assert all(not re.search(r"model|\.safetensors|\.gguf|\.bin", c) for c in copied), copied
     assert "grpc_health.v1" in (ROOT / "service/healthcheck.py").read_text()
+
+
+def test_device_build_arg_is_required_and_checked():
+    text = DOCKERFILE.read_text()
+    # No default: an image never bakes a chip it was not built for.
+    assert re.search(r"^ARG DEVICE$", text, re.M)
+    assert 'if [ -z "$DEVICE" ]; then' in text and "sys.argv[1] in PROFILES" in text
+    assert "XINSERVE_ENGINE__DEVICE=${DEVICE}" in text
+    readme = (ROOT / "README.md").read_text()
+    builds = re.findall(r"docker build [^\n]*", readme)
+    assert builds and all("DEVICE=" in b for b in builds), builds
+
+
+def test_accelerator_variant_installs_through_the_engine_stack_check():
+    text = DOCKERFILE.read_text()
+    assert "engine_stack.py install /wheels/*.whl" in text
+    assert "--extra=cpu" in text and text.count("uv export") == 1, "only the CPU variant installs locked engine pins"
