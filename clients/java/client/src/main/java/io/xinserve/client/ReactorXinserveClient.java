@@ -53,17 +53,22 @@ public final class ReactorXinserveClient {
   }
 
   /**
-   * Streams a completion of a prompt with the client's default model as text pieces; cancelling
-   * the subscription cancels the call.
+   * Streams a whole completion of a prompt with the client's default model as text pieces, until
+   * the end-of-sequence token or the end of the context ({@code max_tokens} as in {@link
+   * XinserveClient#generateText}: a {@code Tokenize} call first, on Reactor's bounded-elastic
+   * scheduler); cancelling the subscription cancels the call.
    *
    * @param prompt the prompt
    * @return a cold Flux of the non-empty text deltas
    * @throws IllegalStateException if the client has no default model
    */
   public Flux<String> streamText(String prompt) {
-    GenerateRequest request =
-        GenerateRequest.newBuilder().setModel(client.requireModel()).setPrompt(prompt).build();
-    return generateStream(request).map(GenerateStreamResponse::getText).filter(t -> !t.isEmpty());
+    client.requireModel();
+    return Mono.fromCallable(() -> client.wholeCompletion(prompt))
+        .subscribeOn(reactor.core.scheduler.Schedulers.boundedElastic())
+        .flatMapMany(this::generateStream)
+        .map(GenerateStreamResponse::getText)
+        .filter(t -> !t.isEmpty());
   }
 
   /**

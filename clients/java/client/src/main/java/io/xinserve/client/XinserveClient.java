@@ -42,6 +42,7 @@ import io.xinserve.v1.InferenceServiceGrpc;
 import io.xinserve.v1.ListModelsRequest;
 import io.xinserve.v1.Model;
 import io.xinserve.v1.ModelServiceGrpc;
+import io.xinserve.v1.SamplingParams;
 import io.xinserve.v1.ServerServiceGrpc;
 import io.xinserve.v1.TokenizeRequest;
 import io.xinserve.v1.TokenizeResponse;
@@ -207,39 +208,60 @@ public final class XinserveClient implements AutoCloseable {
   // ---------------------------------------------------------------- text shortcuts
 
   /**
-   * Generates a completion of a prompt with the default model and the model's default sampling
-   * parameters.
+   * Generates a whole completion of a prompt with the default model: until the model's
+   * end-of-sequence token or the end of its context. A {@code Tokenize} call first measures the
+   * prompt, and {@code max_tokens} is set to the context left after it ({@code max_model_len}
+   * minus the prompt's tokens); the other sampling parameters are the model's defaults. (A {@code
+   * GenerateRequest} without {@code max_tokens} gets the server's completions default, 16 tokens,
+   * as vLLM's {@code /v1/completions}.)
    *
    * @param prompt the prompt
    * @return the text of the first completion
    * @throws IllegalStateException if no {@link Builder#defaultModel} is set
-   * @throws XinserveException on failure, as for {@link #generate}
+   * @throws XinserveException on failure, as for {@link #tokenize} and {@link #generate}
    */
   public String generateText(String prompt) {
-    return generate(GenerateRequest.newBuilder().setModel(requireModel()).setPrompt(prompt).build())
-        .getOutputs(0)
-        .getText();
+    return generate(wholeCompletion(prompt)).getOutputs(0).getText();
   }
 
   /**
-   * Streams a completion of a prompt with the default model as text pieces. Close the returned
-   * {@link java.util.stream.Stream} (try-with-resources) to cancel the call early.
+   * Streams a whole completion of a prompt with the default model as text pieces, until the
+   * end-of-sequence token or the end of the context ({@code max_tokens} as in {@link
+   * #generateText}). Close the returned {@link java.util.stream.Stream} (try-with-resources) to
+   * cancel the call early.
    *
    * @param prompt the prompt
    * @return the text deltas, in order
    * @throws IllegalStateException if no {@link Builder#defaultModel} is set
    */
   public java.util.stream.Stream<String> streamText(String prompt) {
-    return generateStream(
-            GenerateRequest.newBuilder().setModel(requireModel()).setPrompt(prompt).build())
+    return generateStream(wholeCompletion(prompt))
         .stream()
         .map(GenerateStreamResponse::getText)
         .filter(t -> !t.isEmpty());
   }
 
   /**
+   * @param prompt a prompt for the default model
+   * @return a request whose {@code max_tokens} is the context left after the prompt (measured
+   *     with {@code Tokenize}); without {@code max_tokens} when nothing is left, so that the
+   *     server refuses the prompt with its own message
+   */
+  GenerateRequest wholeCompletion(String prompt) {
+    String model = requireModel();
+    TokenizeResponse t = tokenize(TokenizeRequest.newBuilder().setModel(model).setText(prompt).build());
+    GenerateRequest.Builder b = GenerateRequest.newBuilder().setModel(model).setPrompt(prompt);
+    long room = (long) t.getMaxModelLen() - t.getTokenIdsCount();
+    if (room >= 1) {
+      b.setSamplingParams(SamplingParams.newBuilder().setMaxTokens((int) Math.min(room, Integer.MAX_VALUE)));
+    }
+    return b.build();
+  }
+
+  /**
    * One chat turn with the default model: a system and a user message, through the model's chat
-   * template.
+   * template. {@code max_tokens} is left unset, which the server's chat default runs until the
+   * end-of-sequence token or the end of the context, so the reply is whole.
    *
    * @param system the system message, or {@code null}/empty for none
    * @param user the user message

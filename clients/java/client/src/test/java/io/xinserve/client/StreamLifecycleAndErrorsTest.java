@@ -85,6 +85,16 @@ class StreamLifecycleAndErrorsTest {
     }
 
     @Override
+    public void tokenize(
+        io.xinserve.v1.TokenizeRequest request, StreamObserver<io.xinserve.v1.TokenizeResponse> out) {
+      // one token per character, a 100-token context
+      io.xinserve.v1.TokenizeResponse.Builder b = io.xinserve.v1.TokenizeResponse.newBuilder().setMaxModelLen(100);
+      request.getText().chars().forEach(b::addTokenIds);
+      out.onNext(b.build());
+      out.onCompleted();
+    }
+
+    @Override
     public void chat(ChatRequest request, StreamObserver<ChatResponse> out) {
       chats.add(request);
       String joined =
@@ -342,6 +352,25 @@ class StreamLifecycleAndErrorsTest {
     assertThat(svc.chats).extracting(ChatRequest::getModel).containsOnly("tiny");
     assertThat(svc.generates).extracting(GenerateRequest::getModel).contains("tiny", "other");
     assertThat(svc.generates.get(svc.generates.size() - 1).getModel()).isEqualTo("other");
+  }
+
+  @Test
+  void textShortcutsAskForTheWholeAnswer() throws Exception {
+    Service svc = start(new Service(), XinserveClient.builder().defaultModel("tiny"));
+    client.generateText("hi");
+    assertThat(svc.generates.get(0).getSamplingParams().getMaxTokens())
+        .as("the context left after the prompt: 100 - 2")
+        .isEqualTo(98);
+    try (Stream<String> s = client.streamText("four")) {
+      assertThat(s.findFirst()).isPresent();
+    }
+    assertThat(svc.generates.get(1).getSamplingParams().getMaxTokens()).isEqualTo(96);
+    StepVerifier.create(client.reactor().streamText("x").take(1)).expectNextCount(1).verifyComplete();
+    assertThat(svc.generates.get(2).getSamplingParams().getMaxTokens()).isEqualTo(99);
+    client.chat("be brief", "hello");
+    assertThat(svc.chats.get(0).getSamplingParams().hasMaxTokens())
+        .as("chat leaves max_tokens to the server's chat default (until EOS or the context)")
+        .isFalse();
   }
 
   @Test
