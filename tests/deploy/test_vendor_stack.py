@@ -13,6 +13,7 @@ import importlib.util
 import os
 import re
 import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
@@ -56,16 +57,33 @@ def _compile(tmp_path: Path, entry: dict, platform: str) -> subprocess.Completed
     stand_ins = entry.get("pypi_overrides", {}).get(platform, [])
     overrides.write_text("\n".join([*(f"{n}; sys_platform == 'never'" for n in dropped), *stand_ins]))
     return subprocess.run(
-        ["uv", "pip", "compile", str(requirements), "-c", str(constraints), "--override", str(overrides),
-         "--python-version", entry["python"], "--python-platform", f"{arch}-manylinux_2_35",
-         "--no-header", "--no-annotate", "--quiet", "--no-config"],
-        capture_output=True, text=True, timeout=600, cwd=tmp_path, env={**os.environ, "UV_PYTHON_DOWNLOADS": "never"},
+        [
+            "uv",
+            "pip",
+            "compile",
+            str(requirements),
+            "-c",
+            str(constraints),
+            "--override",
+            str(overrides),
+            "--python-version",
+            entry["python"],
+            "--python-platform",
+            f"{arch}-manylinux_2_35",
+            "--no-header",
+            "--no-annotate",
+            "--quiet",
+            "--no-config",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tmp_path,
+        env={**os.environ, "UV_PYTHON_DOWNLOADS": "never"},
     )
 
 
-@pytest.mark.parametrize(
-    ("chip", "platform"), [(c, p) for c in STOOD_IN for p in IMAGES[c]["platforms"]]
-)
+@pytest.mark.parametrize(("chip", "platform"), [(c, p) for c in STOOD_IN for p in IMAGES[c]["platforms"]])
 def test_xinserve_resolves_beside_the_images_engine_stack_unchanged(tmp_path, chip, platform):
     entry = IMAGES[chip]
     proc = _compile(tmp_path, entry, platform)
@@ -100,12 +118,25 @@ def test_every_accelerator_image_is_stood_in_for_or_says_why_not():
 
 
 def test_constraints_pin_only_the_engine_stack():
-    installed = {"torch": "2.10.0+cpu", "torch-npu": "2.10.0.post4", "vllm": "0.23.0+empty", "triton-ascend": "3.2.2",
-                 "transformers": "5.5.4", "numpy": "1.26.4", "grpcio": "1.70.0", "protobuf": "5.29.3",
-                 "tritonclient": "2.50.0", "nvidia-ml-py": "12.560.30"}
+    installed = {
+        "torch": "2.10.0+cpu",
+        "torch-npu": "2.10.0.post4",
+        "vllm": "0.23.0+empty",
+        "triton-ascend": "3.2.2",
+        "transformers": "5.5.4",
+        "numpy": "1.26.4",
+        "grpcio": "1.70.0",
+        "protobuf": "5.29.3",
+        "tritonclient": "2.50.0",
+        "nvidia-ml-py": "12.560.30",
+    }
     assert engine_stack.constraints(installed) == [
-        "numpy==1.26.4", "torch-npu==2.10.0.post4", "torch==2.10.0+cpu", "transformers==5.5.4",
-        "triton-ascend==3.2.2", "vllm==0.23.0+empty",
+        "numpy==1.26.4",
+        "torch-npu==2.10.0.post4",
+        "torch==2.10.0+cpu",
+        "transformers==5.5.4",
+        "triton-ascend==3.2.2",
+        "vllm==0.23.0+empty",
     ]
 
 
@@ -127,3 +158,30 @@ def test_changed_or_new_engine_stack_and_new_pip_check_problems_are_refused():
     old = ["vllm 0.15.1 has requirement torch==2.9.0, but you have torch 2.5.1."]
     assert engine_stack.new_problems(old, old) == []
     assert engine_stack.new_problems(old, [*old, "x 1 has requirement y>2"]) == ["x 1 has requirement y>2"]
+
+
+@pytest.fixture(scope="module")
+def numpy_venv(tmp_path_factory):
+    """A venv whose engine stack is numpy 2.3.5, for the install script's real pip runs."""
+    venv = tmp_path_factory.mktemp("stack") / "venv"
+    env = {**os.environ, "UV_LINK_MODE": "copy", "UV_PYTHON_DOWNLOADS": "never"}
+    subprocess.run(["uv", "venv", "-q", "--seed", str(venv), "-p", sys.executable], check=True, env=env)
+    python = venv / "bin" / "python"
+    subprocess.run(["uv", "pip", "install", "-q", "--python", str(python), "numpy==2.3.5"], check=True, env=env)
+    return python
+
+
+def _install(python: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    script = ROOT / "deploy/docker/engine_stack.py"
+    return subprocess.run([str(python), str(script), "install", *args], capture_output=True, text=True, timeout=600)
+
+
+def test_the_install_script_installs_beside_the_stack_and_refuses_to_change_it(numpy_venv):
+    done = _install(numpy_venv, "six==1.17.0")
+    assert done.returncode == 0, done.stderr
+    assert "engine stack unchanged (1 distributions): numpy==2.3.5" in done.stdout
+    refused = _install(numpy_venv, "numpy==2.4.6")
+    assert refused.returncode == 1 and "pip cannot install xinserve beside this image's engine stack" in refused.stderr
+    version = subprocess.run([str(numpy_venv), "-c", "import numpy; print(numpy.__version__)"],
+                             capture_output=True, text=True, check=True).stdout.strip()
+    assert version == "2.3.5"
