@@ -33,7 +33,12 @@ if helm_binary() is None:
     )
 
 # The documented path for replicas > 1: PostgreSQL (DSN from a Secret), the server key from a Secret.
-PG = ["audit.backend=postgresql", "audit.postgresql.dsnSecretName=audit-db", "audit.serverKey.secretName=server-key"]
+PG = [
+    "audit.backend=postgresql",
+    "audit.postgresql.dsnSecretName=audit-db",
+    "audit.serverKey.secretName=server-key",
+    "audit.postgresql.archiveVolume.persistentVolumeClaim.claimName=audit-archive",
+]
 MODELS = ["models[0].name=qwen", "models[0].path=/models/qwen"]
 CHIP_RESOURCES = {
     "cpu": "",

@@ -19,7 +19,12 @@ if helm_binary() is None:
         allow_module_level=True,
     )
 
-PG = ["audit.backend=postgresql", "audit.postgresql.dsnSecretName=audit-db", "audit.serverKey.secretName=server-key"]
+PG = [
+    "audit.backend=postgresql",
+    "audit.postgresql.dsnSecretName=audit-db",
+    "audit.serverKey.secretName=server-key",
+    "audit.postgresql.archiveVolume.persistentVolumeClaim.claimName=audit-archive",
+]
 
 
 def _pod_spec(objects: list[dict]) -> dict:
@@ -67,6 +72,8 @@ def test_strategy_and_data_volume_per_mode(sets, strategy, data):
         assert mounts["server-key"] == {"name": "server-key", "mountPath": "/etc/xinserve/server-key", "readOnly": True}
         audit = config_of(objects)["audit"]
         assert audit["signing_key_path"] == "/etc/xinserve/server-key/server-sm2.pem"
+        assert audit["store"] == "postgresql" and audit["archive_dir"] == "/var/lib/xinserve-archive"
+        assert volumes["audit-archive"]["persistentVolumeClaim"] == {"claimName": "audit-archive"}
     else:
         (pvc,) = by_kind(objects, "PersistentVolumeClaim")
         assert volumes["data"]["persistentVolumeClaim"]["claimName"] == pvc["metadata"]["name"]
@@ -87,6 +94,7 @@ def test_a_surging_rolling_update_refused_with_the_sqlite_log(surge):
         (("mode=leaderworkerset",), "/dangerouslyAllowEphemeralAuditLog"),
         (PG[:2], "set audit.serverKey.secretName"),
         ((*PG[:2], "mode=leaderworkerset"), "set audit.serverKey.secretName"),
+        (PG[:3], r"needs audit\.postgresql\.archiveVolume"),
     ],
 )
 def test_audit_log_or_server_key_on_an_emptydir_refused_unless_waived(sets, message):

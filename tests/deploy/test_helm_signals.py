@@ -28,7 +28,12 @@ if helm_binary() is None:
         allow_module_level=True,
     )
 
-PG = ["audit.backend=postgresql", "audit.postgresql.dsnSecretName=audit-db", "audit.serverKey.secretName=server-key"]
+PG = [
+    "audit.backend=postgresql",
+    "audit.postgresql.dsnSecretName=audit-db",
+    "audit.serverKey.secretName=server-key",
+    "audit.postgresql.archiveVolume.persistentVolumeClaim.claimName=audit-archive",
+]
 MODELS = ["models[0].name=qwen2.5-7b", "models[0].path=/models/qwen"]
 # Gateway API Inference Extension v1.5.0, docs/proposals/003-model-server-protocol and the EPP's
 # flag defaults (pkg/epp/server/options.go): the vLLM names of the metrics the picker reads.

@@ -148,6 +148,9 @@ livenessProbe:
 {{- if .Values.audit.serverKey.secretName }}
 - {name: server-key, mountPath: /etc/xinserve/server-key, readOnly: true}
 {{- end }}
+{{- if eq .Values.audit.backend "postgresql" }}
+- {name: audit-archive, mountPath: /var/lib/xinserve-archive}
+{{- end }}
 {{- with .Values.extraVolumeMounts }}
 {{ toYaml . }}
 {{- end }}
@@ -187,6 +190,16 @@ livenessProbe:
 {{- if .Values.audit.serverKey.secretName }}
 - name: server-key
   secret: {secretName: {{ .Values.audit.serverKey.secretName }}}
+{{- end }}
+{{- if eq .Values.audit.backend "postgresql" }}
+- name: audit-archive
+  {{- if .Values.audit.postgresql.archiveVolume }}
+  {{- toYaml .Values.audit.postgresql.archiveVolume | nindent 2 }}
+  {{- else if .Values.dangerouslyAllowEphemeralAuditLog }}
+  emptyDir: {}
+  {{- else }}
+  {{- fail "audit.backend=postgresql needs audit.postgresql.archiveVolume (a volume every replica can write, for the retention archives written before records are purged)" }}
+  {{- end }}
 {{- end }}
 {{- with .Values.extraVolumes }}
 {{ toYaml . }}
