@@ -65,7 +65,26 @@ final class ProtobufRuntimeCheck {
     } catch (ReflectiveOperationException | LinkageError e) {
       Package p = com.google.protobuf.Message.class.getPackage();
       String v = p == null ? null : p.getImplementationVersion();
-      return v != null ? v : "older than 3.25 (no com.google.protobuf.RuntimeVersion)";
+      if (v == null) {
+        v = pomVersion();
+      }
+      return v != null ? v : "older than 4.26 (no com.google.protobuf.RuntimeVersion)";
+    }
+  }
+
+  /** @return the version in protobuf-java's Maven metadata inside its jar, or {@code null} */
+  private static String pomVersion() {
+    try (InputStream in =
+        com.google.protobuf.Message.class.getResourceAsStream(
+            "/META-INF/maven/com.google.protobuf/protobuf-java/pom.properties")) {
+      if (in == null) {
+        return null;
+      }
+      Properties p = new Properties();
+      p.load(in);
+      return p.getProperty("version");
+    } catch (IOException e) {
+      return null;
     }
   }
 

@@ -468,9 +468,12 @@ public final class XinserveClient implements AutoCloseable {
    *
    * @param model the embedding model's served name
    * @param inputs the texts
-   * @return the vectors, one per input
+   * @return the vectors, one per input; an empty list for no inputs (no call is made)
    */
   public List<float[]> embed(String model, List<String> inputs) {
+    if (inputs.isEmpty()) {
+      return new ArrayList<>();
+    }
     EmbedResponse r = embed(EmbedRequest.newBuilder().setModel(model).addAllInputs(inputs).build());
     List<float[]> out = new ArrayList<>(r.getEmbeddingsCount());
     r.getEmbeddingsList().stream()

@@ -355,6 +355,13 @@ class StreamLifecycleAndErrorsTest {
   }
 
   @Test
+  void embeddingNoTextsGivesNoVectorsWithoutACall() throws Exception {
+    start(new Service(), XinserveClient.builder().defaultEmbeddingModel("minilm"));
+    assertThat(client.embed("minilm", List.of())).isEmpty();
+    assertThat(client.embed(List.of())).isEmpty();
+  }
+
+  @Test
   void textShortcutsAskForTheWholeAnswer() throws Exception {
     Service svc = start(new Service(), XinserveClient.builder().defaultModel("tiny"));
     client.generateText("hi");
