@@ -95,6 +95,37 @@ class SpringAiIT {
   }
 
   @Test
+  void chatClientWithoutMaxTokensReturnsTheWholeAnswer() {
+    try (XinserveClient c = LiveServers.get().plainClient().defaultModel(TINY).unaryDeadline(Duration.ofSeconds(240)).build()) {
+      int context = ClientIT.contextLengthOf(c);
+      ChatClient chat = ChatClient.create(new XinserveChatModel(c, XinserveChatOptions.builder().temperature(0.0).build()));
+      org.springframework.ai.chat.model.ChatResponse r = chat.prompt().user("Tell me about the sea.").call().chatResponse();
+      var usage = r.getMetadata().getUsage();
+      String finish = r.getResult().getMetadata().getFinishReason();
+      // whole: ended by the model (STOP) or by the context, never by a default token budget
+      if (!"STOP".equals(finish)) {
+        assertThat(finish).isEqualTo("LENGTH");
+        assertThat(usage.getPromptTokens() + usage.getCompletionTokens()).isEqualTo(context);
+      }
+    }
+  }
+
+  @Test
+  void perCallXinserveOptionsThroughChatClientReachTheServer() {
+    app().run(
+        ctx -> {
+          ChatClient chat = ChatClient.create(ctx.getBean(ChatModel.class));
+          org.springframework.ai.chat.model.ChatResponse r =
+              chat.prompt().user("Tell me about the sea.")
+                  .options(XinserveChatOptions.builder().maxTokens(3).ignoreEos(true).build())
+                  .call()
+                  .chatResponse();
+          assertThat(r.getMetadata().getUsage().getCompletionTokens()).isEqualTo(3);
+          assertThat(r.getResult().getMetadata().getFinishReason()).isEqualTo("LENGTH");
+        });
+  }
+
+  @Test
   void embeddingModelEmbedsWithTheBuiltInModel() {
     List<float[]> expected = grpc.embed(MINILM, List.of("A cat sits on the mat."));
     app().run(
