@@ -30,6 +30,8 @@ pytest.importorskip("ray", reason="ray is a dev dependency (uv sync installs it)
 pytestmark = pytest.mark.timeout(1500)
 
 RAY = str(Path(sys.executable).parent / "ray")
+# What the chart's LeaderWorkerSet leader runs between `ray start --head` and `xinserve serve`.
+WAIT = Path(__file__).resolve().parents[2] / "deploy/helm/xinserve/files/wait-for-ray-workers.py"
 # agent_register_timeout_ms: a raylet gives its metrics agent this long to write its port file
 # before it aborts ("Timed out waiting for file ..."); Ray's default is too short for a loaded host.
 ENV = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_agent_register_timeout_ms": "600000"}
@@ -116,7 +118,12 @@ def ray_cluster(tmp_path_factory) -> Iterator[dict[str, Any]]:
             time.sleep(1)
         else:
             pytest.fail("the Ray head did not come up within 300 s")
+        wait = [sys.executable, str(WAIT), "--address", address, "--node-ip-address", "127.0.0.1"]
+        alone = subprocess.run([*wait, "--nodes", "2", "--timeout", "5"], capture_output=True, text=True, env=ENV)
         worker = _start(f"--address={address}")
+        joined = subprocess.run(
+            [*wait, "--nodes", "2", "--timeout", "600"], capture_output=True, text=True, env=ENV, timeout=900
+        )
         try:
             done = subprocess.run(
                 [sys.executable, "-c", DRIVER, address, str(DRIVER_TIMEOUT_S - 120)],
@@ -130,6 +137,8 @@ def ray_cluster(tmp_path_factory) -> Iterator[dict[str, Any]]:
         assert done.returncode == 0, f"the Ray driver failed: {done.stderr[-2000:]} ({_state(head, worker, temp_dir)})"
         seen = json.loads(done.stdout.strip().splitlines()[-1])
         seen["state"] = _state(head, worker, temp_dir)
+        seen["wait_alone"] = (alone.returncode, alone.stderr.strip().splitlines()[-1:] or [""])
+        seen["wait_joined"] = (joined.returncode, joined.stdout.strip().splitlines()[-1:] or [""])
         yield seen
     finally:
         if worker is not None:
@@ -140,6 +149,12 @@ def ray_cluster(tmp_path_factory) -> Iterator[dict[str, Any]]:
 def test_two_nodes_joined_the_cluster(ray_cluster):
     assert len(set(ray_cluster["nodes"])) == 2, ray_cluster
     assert ray_cluster["cpus"] == 2.0  # one CPU from each node process
+
+
+def test_chart_leader_waits_for_its_workers_bounded(ray_cluster):
+    # The head alone: refused after the bound, naming how many joined; then both nodes: go on.
+    assert ray_cluster["wait_alone"] == (1, ["ray: 1 of 2 nodes joined within 5 s"])
+    assert ray_cluster["wait_joined"] == (0, ["ray: 2 of 2 nodes joined"])
 
 
 def test_vllm_ray_executor_refuses_the_cpu_platform_exactly(ray_cluster):

@@ -1,7 +1,8 @@
 """Wait until the Ray cluster counts the LeaderWorkerSet group's nodes, or fail clearly.
 
 Run by the group's leader after ``ray start --head`` and before ``xinserve serve``:
-``python3 wait-for-ray-workers.py --nodes N --timeout SECONDS [--address HOST:PORT]``.
+``python3 wait-for-ray-workers.py --nodes N --timeout SECONDS [--address HOST:PORT]
+[--node-ip-address IP]`` (this node's address where Ray's own detection would differ).
 Exit 0 once ``ray.nodes()`` lists at least N alive nodes; exit 1 after SECONDS with
 "ray: K of N nodes joined within SECONDS s" on stderr (vLLM's Ray executor would otherwise
 place its workers on the nodes present, or wait without a bound).
@@ -19,11 +20,13 @@ def main() -> int:
     parser.add_argument("--nodes", type=int, required=True)
     parser.add_argument("--timeout", type=float, required=True)
     parser.add_argument("--address", default="auto")
+    parser.add_argument("--node-ip-address", default=None)
     parser.add_argument("--poll", type=float, default=2.0)
     args = parser.parse_args()
     import ray
 
-    ray.init(address=args.address, log_to_driver=False, logging_level="ERROR")
+    options = {"_node_ip_address": args.node_ip_address} if args.node_ip_address else {}
+    ray.init(address=args.address, log_to_driver=False, logging_level="ERROR", **options)
     deadline = time.monotonic() + args.timeout
     try:
         while True:
