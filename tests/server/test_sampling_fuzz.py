@@ -22,6 +22,11 @@ _FLOATS = st.one_of(
 )
 
 
+# A chat without max_tokens runs to the context (2048 tokens): a prompt of about 2,010 tokens
+# keeps those runs short (two tokens per "sea " in the tiny Llama's vocabulary).
+LONG_CHAT = "sea " * 1000
+
+
 def _optional(strategy):
     return st.one_of(st.none(), strategy)
 
@@ -80,7 +85,7 @@ async def test_random_sampling_params_never_internal(live_server):
                     stub.Chat(
                         inference_pb2.ChatRequest(
                             model=TINY,
-                            messages=[common_pb2.ChatMessage(role="user", content="hi")],
+                            messages=[common_pb2.ChatMessage(role="user", content=LONG_CHAT)],
                             sampling_params=sp,
                         ),
                         timeout=300,
