@@ -161,3 +161,99 @@ def test_trace_context_is_validated_and_passed_to_the_engine(tmp_path):
     )
     assert gen.trace_headers == {"traceparent": parent}
     assert gen.request_id == "rid-1"
+
+
+ASSESSOR = {"methods": ["*"]}
+
+
+def test_duties_are_derived_from_grants_not_labels(tmp_path):
+    """A role with no duty label that grants ``*`` holds the system and audit duties: a
+    principal with it is refused at start (token file, mTLS rule, mTLS default, anonymous)."""
+    tokens = tmp_path / "tokens.txt"
+    tokens.write_text(f"eve {hash_token('t-0123456789abcdef')} everything\n")
+    tokens.chmod(0o600)
+    roles = {**{k: v.model_dump() for k, v in settings(tmp_path).auth.roles.items()}, "everything": ASSESSOR}
+    with pytest.raises(TokenFileError, match=r"eve.*audit, system"):
+        authenticator_for(settings(tmp_path, {"token_file": str(tokens), "roles": roles}))
+    with pytest.raises(ConfigError, match=r"auth\.anonymous_roles.*audit, system"):
+        settings(tmp_path, {"roles": roles, "anonymous_roles": ["everything"]})
+    with pytest.raises(ConfigError, match=r"auth\.mtls_default_roles.*audit, system"):
+        settings(tmp_path, {"roles": roles, "mtls_default_roles": ["everything"]})
+    with pytest.raises(ConfigError, match=r"auth\.mtls_roles\[0\].*audit, system"):
+        settings(tmp_path, {"roles": roles, "mtls_roles": [{"san": "spiffe://x/*", "roles": ["everything"]}]})
+    allowed = {"token_file": str(tokens), "roles": roles, "allow_conflicting_roles": True}
+    assert authenticator_for(settings(tmp_path, allowed)).authenticate("Bearer t-0123456789abcdef", {}).roles == {
+        "everything"
+    }
+
+
+@pytest.mark.parametrize(
+    ("methods", "duties"),
+    [
+        (["*"], {"system", "audit"}),
+        (["xinserve.v1.*"], {"system", "audit"}),
+        (["*/QueryRecords"], {"audit"}),
+        (["xinserve.v1.Audit*/*"], {"audit"}),
+        (["openai/*"], {"system"}),
+        (["openai/chat.*"], {"system"}),
+        (["xinserve.v1.InferenceService/Abort"], {"system"}),
+        (["openai/models*", "xinserve.v1.ModelService/*", "xinserve.v1.ServerService/*"], set()),
+    ],
+)
+def test_wildcard_grants_hold_the_duties_they_match(tmp_path, methods, duties):
+    s = settings(tmp_path, {"roles": {"r": {"methods": methods}}, "anonymous_roles": [], "mtls_default_roles": []})
+    assert AccessPolicy(s.auth).duties({"r"}) == duties
+
+
+def test_user_plus_auditor_is_a_conflict(tmp_path):
+    """``user`` runs inference (system duty by grant) and ``auditor`` reads the log."""
+    tokens = tmp_path / "tokens.txt"
+    tokens.write_text(f"ann {hash_token('t-0123456789abcdef')} user,auditor\n")
+    tokens.chmod(0o600)
+    with pytest.raises(TokenFileError, match=r"ann.*audit, system"):
+        authenticator_for(settings(tmp_path, {"token_file": str(tokens)}))
+
+
+def test_a_role_naming_one_duty_may_not_grant_another(tmp_path):
+    for duty, methods in [
+        ("audit", ["xinserve.v1.AuditService/*", "openai/*"]),
+        ("security", ["*"]),
+        ("system", ["xinserve.v1.AuditService/GetLatestCheckpoint"]),
+    ]:
+        auth = {"roles": {"r": {"methods": methods, "duty": duty}}, "anonymous_roles": [], "mtls_default_roles": []}
+        with pytest.raises(ConfigError, match=rf"auth\.roles\.r: names duty {duty} but grants"):
+            settings(tmp_path, auth)
+    auth = {"roles": {"r": {"methods": ["xinserve.v1.ModelService/*"], "duty": "audit", "act_for_others": True}}}
+    with pytest.raises(ConfigError, match=r"names duty audit but grants the methods of system"):
+        settings(tmp_path, {**auth, "anonymous_roles": [], "mtls_default_roles": []})
+
+
+def test_default_roles_hold_one_duty_each(tmp_path):
+    policy = AccessPolicy(settings(tmp_path).auth)
+    assert {r: policy.duties({r}) for r in policy.role_names} == {
+        "user": {"system"},
+        "admin": {"system"},
+        "security_admin": {"security"},
+        "auditor": {"audit"},
+    }
+
+
+def test_sighup_reload_refuses_a_token_file_with_conflicting_grants(tmp_path):
+    import asyncio
+
+    from service.reload import Reloader
+
+    tokens = tmp_path / "tokens.txt"
+    tokens.write_text(f"ann {hash_token('t-0123456789abcdef')} user\n")
+    tokens.chmod(0o600)
+    roles = {**{k: v.model_dump() for k, v in settings(tmp_path).auth.roles.items()}, "everything": ASSESSOR}
+    s = settings(tmp_path, {"token_file": str(tokens), "roles": roles})
+
+    class Core:
+        authenticator = authenticator_for(s)
+
+    core = Core()
+    reloader = Reloader(s, core, None, None, lambda _store: None)  # type: ignore[arg-type]
+    tokens.write_text(f"ann {hash_token('t-0123456789abcdef')} everything\n")
+    assert asyncio.run(reloader.reload()) is False
+    assert core.authenticator.authenticate("Bearer t-0123456789abcdef", {}).roles == {"user"}
