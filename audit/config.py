@@ -96,6 +96,10 @@ class AuditSettings(BaseModel):
     store: StoreKind = StoreKind.SQLITE
     path: Path = Path("/var/lib/xinserve/audit/audit.db")
     """SQLite database file (``store = sqlite``)."""
+    previous_log_retired: bool = False
+    """Start a new SQLite log although an earlier one's traces (its writer lock file, ``-wal`` or
+    ``-shm`` file) are present and the database is not: the operator retired the old log on
+    purpose. Recorded (``audit_store_replaced``, ``retired``) as the new log's first event."""
     dsn: SecretStr | None = None
     """PostgreSQL DSN (``store = postgresql``), e.g. ``postgresql://xinserve@db/audit``. Never logged."""
     node_id: str = Field(default="local", min_length=1, max_length=128)

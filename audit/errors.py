@@ -23,6 +23,12 @@ class AuditStoreError(AuditError):
     """The store failed (I/O error, lost connection). Internal; mapped to ``AuditUnavailable``."""
 
 
+class AuditStoreReplaced(AuditStoreError):
+    """The audit database file this writer opened was deleted or replaced under it: records
+    would go to an unlinked file. The failure policy applies; the writer never recovers onto
+    the new file by itself (a restart decides, see ``AuditLog.open``)."""
+
+
 class AuditEncodingError(AuditError, ValueError):
     """A record or checkpoint cannot be encoded or decoded canonically."""
 

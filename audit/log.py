@@ -27,7 +27,7 @@ import structlog
 
 from audit import metrics
 from audit.chain import CheckpointKind, SignedCheckpoint
-from audit.config import AuditSettings, FailurePolicy
+from audit.config import AuditSettings, FailurePolicy, StoreKind
 from audit.errors import AuditError, AuditStoreError, AuditUnavailable
 from audit.keys import load_signer
 from audit.reading import Reading
@@ -41,6 +41,22 @@ from audit.writer import UNAVAILABLE_MESSAGE, LogCore, _Item
 log = structlog.get_logger("xinserve.audit")
 
 __all__ = ["UNAVAILABLE_MESSAGE", "AuditIntegrityError", "AuditLog", "LogCore", "RecoveryInfo", "load_signer"]
+
+
+def earlier_log_traces(settings: AuditSettings) -> list[str]:
+    """What is left of an earlier SQLite log whose database file is missing: ``writer lock``
+    (``<db>.lock``, made by every writer and never removed), ``-wal``/``-shm`` files. Empty
+    when the database exists or the store is PostgreSQL."""
+    if settings.store is not StoreKind.SQLITE or settings.path.exists():
+        return []
+    from audit.stores.sqlite import writer_lock_path
+
+    candidates = {
+        "writer lock file": writer_lock_path(settings.path),
+        "write-ahead log": settings.path.with_name(settings.path.name + "-wal"),
+        "shared-memory file": settings.path.with_name(settings.path.name + "-shm"),
+    }
+    return [name for name, path in candidates.items() if path.exists()]
 
 
 class AuditLog(ChainRecovery, Scheduling, Reading):
@@ -66,6 +82,12 @@ class AuditLog(ChainRecovery, Scheduling, Reading):
         ``AuditUnavailable`` (store unreachable), ``WriterConflict`` (another writer on this
         chain) or ``AuditIntegrityError`` (one of those checks fails: the log was altered).
         """
+        traces = earlier_log_traces(settings)
+        if traces and not settings.previous_log_retired:
+            raise AuditIntegrityError(
+                f"no audit database, but an earlier log's {', '.join(traces)} exist: the log was deleted or moved; "
+                "restore it, or set audit.previous_log_retired if it was retired on purpose"
+            )
         if signer is None:
             signer = load_signer(settings)
         key_id = signer.public_key().key_id
@@ -86,6 +108,15 @@ class AuditLog(ChainRecovery, Scheduling, Reading):
         if settings.syslog is not None:
             self.attach_shipper(SyslogShipper(settings.syslog, tsa=settings.tsa, on_state=self._shipping_event))
         await self.start(start_ticker=start_ticker)
+        if traces:
+            log.warning("audit_previous_log_retired", chain=self.chain, traces=traces)
+            await self.append(
+                AuditRecord(
+                    event=EventType.AUDIT_STORE_REPLACED,
+                    time_ms=self._clock(),
+                    detail={"retired": True, "traces": ",".join(traces)},
+                )
+            )
         return self
 
     def attach_shipper(self, shipper: SyslogShipper) -> None:

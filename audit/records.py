@@ -71,6 +71,10 @@ class EventType(enum.StrEnum):
     """The trust store was reloaded (SIGHUP): ``keys_trusted``, ``keys_untrusted``,
     ``keys_revoked``, ``keys_unrevoked`` (key ids); ``FAILED_PRECONDITION`` with ``reason``
     when it did not load and the previous store stays."""
+    AUDIT_STORE_REPLACED = "audit_store_replaced"
+    """The audit database was deleted or replaced under the running writer (sent to the anchor
+    stream and the process log, as the log itself cannot take it), or, at start, an earlier
+    log's traces were found with no log and ``audit.previous_log_retired`` (``OK``, ``traces``)."""
     RPC_BEGIN = "rpc_begin"
     """A streamed or long call started (written before its first output); its ``rpc`` record
     follows with the same ``request_id``. A begin without an end means the process died."""

@@ -47,6 +47,7 @@ SD_ID = "xinserve@32473"
 """Structured-data id: ``name@<private enterprise number>``; 32473 is the number RFC 5612
 reserves for documentation, to be replaced by the operator's own where a SIEM needs it."""
 
+SEVERITY_ALERT = 1
 SEVERITY_NOTICE = 5
 SEVERITY_INFO = 6
 
@@ -165,6 +166,20 @@ class SyslogShipper:
                 sd={"chain": chain, "seq": str(seq)},
                 body=record_message(chain, seq, chain_hash, body),
                 severity=SEVERITY_INFO,
+            )
+        )
+
+    def offer_alert(self, event: str, detail: dict[str, Any], time_ms: int) -> None:
+        """Queue an alert (severity 1, msgid ``alert``) about the log itself, for events the
+        log cannot record (its store was deleted). Body ``{"alert": event, **detail}``;
+        ``audit verify`` ignores it as no anchor."""
+        self._offer(
+            _Message(
+                msgid="alert",
+                time_ms=time_ms,
+                sd={"event": event},
+                body={"alert": event, **detail},
+                severity=SEVERITY_ALERT,
             )
         )
 

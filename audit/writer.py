@@ -24,7 +24,7 @@ import structlog
 from audit import metrics
 from audit.chain import GENESIS, Checkpoint, CheckpointKind, SignedCheckpoint, Signer, chain_hash
 from audit.config import AuditSettings, FailurePolicy
-from audit.errors import AuditEncodingError, AuditStoreError, AuditUnavailable, WriterConflict
+from audit.errors import AuditEncodingError, AuditStoreError, AuditStoreReplaced, AuditUnavailable, WriterConflict
 from audit.records import AuditRecord, EventType, encode_record, now_ms
 from audit.stores import Store, StoredRecord
 from audit.syslog_shipper import SyslogShipper
@@ -290,6 +290,7 @@ class LogCore:
         if store is None:
             raise AuditStoreError("the audit store is closed")
         t0 = time.perf_counter()
+        store.check_identity()
         store.write(prepared.records, prepared.checkpoints)
         metrics.COMMIT_SECONDS.observe(time.perf_counter() - t0)
 
@@ -376,6 +377,8 @@ class LogCore:
     def _on_failure(self, exc: AuditStoreError, batch: list[_Item]) -> None:
         if self._healthy:
             log.error("audit_store_failed", chain=self.chain, error=str(exc), policy=str(self.failure_policy))
+            if isinstance(exc, AuditStoreReplaced):
+                self._alert_store_replaced(exc)
         self._healthy = False
         self.last_error = str(exc)
         metrics.HEALTHY.set(0)
@@ -396,6 +399,16 @@ class LogCore:
                 item.future.set_exception(AuditUnavailable(UNAVAILABLE_MESSAGE))
         if self.failure_policy is FailurePolicy.LOG_AND_CONTINUE:
             log.warning("audit_records_backlogged", chain=self.chain, backlog=len(st.backlog), lost=st.pending_lost)
+
+    def _alert_store_replaced(self, exc: AuditStoreReplaced) -> None:
+        """The log itself cannot take this record: log it and send it down the anchor stream."""
+        log.critical(str(EventType.AUDIT_STORE_REPLACED), chain=self.chain, error=str(exc), seq=self._state.seq)
+        if self._shipper is not None:
+            self._shipper.offer_alert(
+                str(EventType.AUDIT_STORE_REPLACED),
+                {"chain": self.chain, "seq": self._state.seq, "reason": str(exc)},
+                self._clock(),
+            )
 
     def _close_store(self) -> None:
         if self._store is not None:

@@ -178,6 +178,11 @@ class Store(abc.ABC):
     @abc.abstractmethod
     def query(self, flt: QueryFilter) -> Iterator[StoredRecord]: ...
 
+    def check_identity(self) -> None:
+        """Raise ``AuditStoreReplaced`` when the store this connection writes to is no longer the
+        one it opened (the SQLite file deleted or replaced); a server store has nothing to check."""
+        return None
+
     def usage_path(self) -> str | None:
         """A filesystem path whose disk usage the watermark should watch (``None``: not local)."""
         return None

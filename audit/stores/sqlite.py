@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from audit.chain import SignedCheckpoint
-from audit.errors import AuditStoreError, WriterConflict
+from audit.errors import AuditStoreError, AuditStoreReplaced, WriterConflict
 from audit.stores.base import QueryFilter, Store, StoredRecord
 
 _SCHEMA = """
@@ -87,6 +87,11 @@ def _private_file(path: Path) -> None:
                 os.chmod(p, 0o600)
 
 
+def _file_id(path: Path) -> tuple[int, int]:
+    st = os.stat(path)
+    return st.st_dev, st.st_ino
+
+
 def _decode_text(raw: bytes) -> str:
     return raw.decode("utf-8", "replace")
 
@@ -131,6 +136,7 @@ class SqliteStore(Store):
     def __init__(self, path: str | os.PathLike[str], *, readonly: bool = False) -> None:
         self.path = Path(path)
         self._lock_fd: int | None = None
+        self._identity: dict[Path, tuple[int, int]] = {}
         try:
             if readonly:
                 if not self.path.exists():
@@ -144,6 +150,7 @@ class SqliteStore(Store):
                 self._db.execute("PRAGMA synchronous=FULL")
                 # Fold the WAL back into the database every ~16 MiB rather than every 4 MiB.
                 self._db.execute("PRAGMA wal_autocheckpoint=4000")
+                self._identity[self.path] = _file_id(self.path)
             self._db.execute("PRAGMA busy_timeout=10000")
             self._db.text_factory = _decode_text
         except sqlite3.Error as exc:
@@ -160,6 +167,28 @@ class SqliteStore(Store):
             self._db.executescript(_SCHEMA)
         except sqlite3.Error as exc:
             raise _wrap(exc) from exc
+
+    def check_identity(self) -> None:
+        """The database file and its ``-wal`` file are still the ones this connection opened
+        (same device and inode at the same path). The ``-wal`` file is remembered once it exists.
+
+        Raises:
+            AuditStoreReplaced: one of them was deleted or replaced (path-free message).
+        """
+        wal = self.path.with_name(self.path.name + "-wal")
+        if wal not in self._identity and self._identity:
+            with contextlib.suppress(FileNotFoundError):
+                self._identity[wal] = _file_id(wal)
+        for path, identity in self._identity.items():
+            what = "write-ahead log" if path == wal else "database file"
+            try:
+                now = _file_id(path)
+            except FileNotFoundError:
+                raise AuditStoreReplaced(f"sqlite: the audit {what} was deleted under the running server") from None
+            except OSError as exc:
+                raise AuditStoreReplaced(f"sqlite: the audit {what} cannot be checked ({exc.strerror})") from None
+            if now != identity:
+                raise AuditStoreReplaced(f"sqlite: the audit {what} was replaced under the running server")
 
     def lock_writer(self, chain: str) -> None:
         fd = os.open(writer_lock_path(self.path), os.O_RDWR | os.O_CREAT, 0o600)
