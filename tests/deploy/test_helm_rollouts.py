@@ -174,3 +174,18 @@ def test_lws_leader_waits_for_its_workers_and_autoscaling_refused():
     assert cm["data"]["wait-for-ray-workers.py"] == shipped.read_text()
     with pytest.raises(RenderError, match=r"autoscaling\.enabled is not supported with mode=leaderworkerset"):
         render(*PG, "mode=leaderworkerset", "autoscaling.enabled=true")
+
+
+@pytest.mark.parametrize(
+    ("override", "key"),
+    [
+        ("config.audit.path=/tmp/audit.db", "config.audit.path"),
+        ("config.data_dir=/tmp/x", "config.data_dir"),
+        ("config.audit.signing_key_path=/tmp/k.pem", "config.audit.signing_key_path"),
+        ("config.audit.store=sqlite", "config.audit.store"),
+    ],
+)
+def test_config_block_cannot_move_the_audit_log_or_the_key(override, key):
+    with pytest.raises(RenderError, match=key.replace(".", r"\.")):
+        render(override)
+    render("config.audit.retention_days=200")  # other audit settings still merge
