@@ -482,5 +482,13 @@ def tokenize_response(reply: inference_pb2.TokenizeResponse) -> dict[str, Any]:
 
 
 def detokenize_request(body: DetokenizeBody) -> inference_pb2.DetokenizeRequest:
-    """vLLM's ``/detokenize`` body as the contract's ``DetokenizeRequest``."""
+    """vLLM's ``/detokenize`` body as the contract's ``DetokenizeRequest``.
+
+    Raises:
+        RpcError: INVALID_ARGUMENT naming ``tokens[i]`` for an id outside the contract's
+            32-bit range (ids inside it but outside the vocabulary are refused by the engine).
+    """
+    for i, token in enumerate(body.tokens):
+        if not -(2**31) <= token < 2**31:
+            _refuse(f"tokens[{i}]", "token ids must be 32-bit integers")
     return inference_pb2.DetokenizeRequest(model=body.model, token_ids=body.tokens)

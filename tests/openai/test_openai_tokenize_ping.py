@@ -28,6 +28,9 @@ async def test_tokenize_detokenize_and_ping(tmp_path):
             assert refused.status_code == 400 and refused.json()["error"]["param"] == "return_token_strs"
             wrong = await http.post("/detokenize", json={"model": "m", "tokens": ["a"]})
             assert wrong.status_code == 400 and "tokens[0]" in wrong.json()["error"]["param"]
+            for huge in (10**12, 2**70, -(2**31) - 1):
+                outside = await http.post("/detokenize", json={"model": "m", "tokens": [1, huge]})
+                assert outside.status_code == 400 and outside.json()["error"]["param"] == "tokens[1]"
             unknown = await http.post("/tokenize", json={"model": "nope", "prompt": "a"})
             assert unknown.status_code == 404
 
