@@ -20,7 +20,8 @@ Usage::
     python scripts/wheel_tags.py [--check] [--lock uv.lock] [--site-packages DIR]
 
 Exit status: 0 when every installed wheel's tags match (after repair, without ``--check``);
-1 with ``--check`` when some do not (each is listed); 2 for a missing lock or site-packages.
+1 with ``--check`` when some do not (each is listed); 2 for a missing or unreadable lock or a
+missing site-packages.
 """
 
 from __future__ import annotations
@@ -161,7 +162,11 @@ def main(argv: list[str] | None = None) -> int:
     if not args.lock.is_file() or not args.site_packages.is_dir():
         print(f"wheel_tags: no {args.lock} or no {args.site_packages}", file=sys.stderr)
         return 2
-    mismatches = list(find_mismatches(args.site_packages, args.lock))
+    try:
+        mismatches = list(find_mismatches(args.site_packages, args.lock))
+    except (tomllib.TOMLDecodeError, KeyError, UnicodeDecodeError) as exc:
+        print(f"wheel_tags: {args.lock} is not a readable uv.lock ({type(exc).__name__})", file=sys.stderr)
+        return 2
     for m in mismatches:
         target = m.locked_file or "no locked wheel"
         if args.check or m.locked_file is None:

@@ -77,6 +77,13 @@ def test_a_mismatch_without_a_compatible_locked_file_is_reported_not_guessed(tmp
 FIND_VLLM = "import importlib.util, sys; sys.exit(importlib.util.find_spec('vllm') is None)"
 
 
+def test_an_unreadable_lock_is_exit_2_not_a_traceback(tmp_path: Path, capsys) -> None:
+    lock = tmp_path / "uv.lock"
+    lock.write_text("[[package]\nname = ")
+    assert wheel_tags.main(["--check", "--lock", str(lock), "--site-packages", str(tmp_path)]) == 2
+    assert "not a readable uv.lock" in capsys.readouterr().err
+
+
 def _uv() -> str:
     uv = shutil.which("uv")
     if uv is None:
