@@ -22,9 +22,11 @@ import java.util.function.Function;
  *       wrong or expired token, a refused client certificate) is DOWN, success is UP.
  * </ol>
  *
- * A check that fails while the channel is still connecting (the first check after start-up) is
- * UNKNOWN, not DOWN. Details: {@code target}, {@code servingStatus}, and {@code code} and {@code
- * channel} of a failed check.
+ * A check whose deadline passes while the channel is still connecting (the first check after
+ * start-up, before the first connection attempt has ended) is UNKNOWN; once an attempt has failed
+ * (a refused port, a TLS handshake or certificate failure) it is DOWN. Details: {@code target},
+ * {@code servingStatus}, and for a failed check {@code code}, {@code channel} and {@code error}
+ * (the exception's class and message, as Actuator's {@code Health.down(Throwable)} gives it).
  */
 public final class XinserveHealthCheck {
   /** Actuator's status codes. */
@@ -118,11 +120,11 @@ public final class XinserveHealthCheck {
     } catch (XinserveException e) {
       boolean connecting =
           before == ConnectivityState.IDLE || before == ConnectivityState.CONNECTING;
-      boolean transientFailure =
-          e.code() == Status.Code.DEADLINE_EXCEEDED || e.code() == Status.Code.UNAVAILABLE;
       d.put("code", e.code().name());
       d.put("channel", before.name());
-      return new Result(connecting && transientFailure ? Outcome.UNKNOWN : Outcome.DOWN, d);
+      d.put("error", error(e));
+      return new Result(
+          connecting && e.code() == Status.Code.DEADLINE_EXCEEDED ? Outcome.UNKNOWN : Outcome.DOWN, d);
     }
     d.put("servingStatus", s.name());
     if (s != HealthCheckResponse.ServingStatus.SERVING) {
@@ -133,8 +135,13 @@ public final class XinserveHealthCheck {
       client.withDeadline(timeout).serverInfo();
     } catch (XinserveException e) {
       d.put("code", e.code().name());
+      d.put("error", error(e));
       return new Result(Outcome.DOWN, d);
     }
     return new Result(Outcome.UP, d);
+  }
+
+  private static String error(XinserveException e) {
+    return e.getClass().getName() + ": " + e.getMessage();
   }
 }

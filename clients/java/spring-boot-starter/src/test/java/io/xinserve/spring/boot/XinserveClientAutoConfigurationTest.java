@@ -325,6 +325,24 @@ class XinserveClientAutoConfigurationTest {
   }
 
   @Test
+  void theFirstCheckOfARefusingPortIsDownNamingTheError() {
+    XinserveClient c =
+        XinserveClient.builder()
+            .target("dns:///127.0.0.1:1")
+            .plaintext()
+            .retryPolicy(io.xinserve.client.RetryPolicy.none())
+            .build();
+    try (c) {
+      // the first connection attempt is refused within the check's deadline: DOWN, not UNKNOWN
+      var result = new XinserveHealthIndicator(c, "", java.time.Duration.ofSeconds(20)).health();
+      assertThat(result.getStatus()).isEqualTo(Status.DOWN);
+      assertThat(result.getDetails()).containsEntry("code", "UNAVAILABLE");
+      assertThat((String) result.getDetails().get("error"))
+          .startsWith("io.xinserve.client.errors.UnavailableException: ");
+    }
+  }
+
+  @Test
   void eachCallIsAMicrometerObservation() {
     List<String> stopped = new java.util.concurrent.CopyOnWriteArrayList<>();
     io.micrometer.observation.ObservationRegistry registry = io.micrometer.observation.ObservationRegistry.create();
