@@ -121,7 +121,7 @@ class XinserveClientBoot4AutoConfigurationTest {
         .run(
             ctx -> {
               XinserveClient c = ctx.getBean(XinserveClient.class);
-              assertThat(c.generateText("hi")).isEqualTo("to tiny");
+              assertThat(c.generate(io.xinserve.v1.GenerateRequest.newBuilder().setPrompt("hi").build()).getOutputs(0).getText()).isEqualTo("to tiny");
               assertThat(headers.poll(30, TimeUnit.SECONDS).get(AUTH)).isEqualTo("Bearer t-1");
               assertThat(ctx.getBean(XinserveClients.class).asMap()).containsOnlyKeys("default", "b");
             });
