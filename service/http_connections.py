@@ -20,15 +20,25 @@ holds the rules one listener set shares:
 Refusals are not audited one by one (they precede any call, and an attacker could multiply
 them for free): each is counted in ``xinserve_http_connections_refused_total{reason}`` and
 logged at most once per ``LOG_INTERVAL_S`` per reason, with the number refused since.
+
+When ``accept()`` itself fails for want of descriptors or memory (``EMFILE``, ``ENFILE``,
+``ENOBUFS``, ``ENOMEM``), asyncio's selector loop retries the listening socket a second later
+but reports the failure to the loop's exception handler once per pending connection on every
+try (up to the listen backlog each time): ``accept_error_handler`` counts those reports as
+refusals of reason ``accept_out_of_resources`` and logs them in the same aggregate way.
 """
 
 from __future__ import annotations
 
+import asyncio
+import errno
 import json
 import resource
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from service import metrics
 from service.logs import get_logger
@@ -45,6 +55,9 @@ HEADER_TOO_LARGE = "header_too_large"
 HEADER_TIMEOUT = "header_timeout"
 CONNECTION_LIMIT = "connection_limit"
 PEER_CONNECTION_LIMIT = "peer_connection_limit"
+ACCEPT_OUT_OF_RESOURCES = "accept_out_of_resources"
+
+_ACCEPT_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
 
 
 def raise_nofile_soft_limit() -> int:
@@ -133,12 +146,38 @@ class ConnectionGuard:
         """The response that ends a refused connection."""
         if reason == HEADER_TOO_LARGE:
             return plain_response(
-                431, "Request Header Fields Too Large", "request_header_fields_too_large",
+                431,
+                "Request Header Fields Too Large",
+                "request_header_fields_too_large",
                 "the request line and headers are too large",
             )
         if reason == HEADER_TIMEOUT:
             return plain_response(408, "Request Timeout", "request_timeout", "the request headers took too long")
         return plain_response(
-            503, "Service Unavailable", "too_many_connections",
-            "too many connections; retry later", "retry-after: 1\r\n",
+            503,
+            "Service Unavailable",
+            "too_many_connections",
+            "too many connections; retry later",
+            "retry-after: 1\r\n",
         )
+
+
+ExceptionHandler = Callable[[asyncio.AbstractEventLoop, dict[str, Any]], object]
+
+
+def accept_error_handler(guard: ConnectionGuard, previous: ExceptionHandler | None) -> ExceptionHandler:
+    """A loop exception handler (``loop.set_exception_handler``) that turns asyncio's
+    ``socket.accept() out of system resource`` reports into ``guard.refused``
+    (``accept_out_of_resources``: counted, logged at most once per ``LOG_INTERVAL_S``) and
+    passes every other report to ``previous`` (or the loop's default handler)."""
+
+    def handle(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        exc = context.get("exception")
+        if isinstance(exc, OSError) and exc.errno in _ACCEPT_ERRNOS and "socket" in context:
+            guard.refused(ACCEPT_OUT_OF_RESOURCES)
+        elif previous is not None:
+            previous(loop, context)
+        else:
+            loop.default_exception_handler(context)
+
+    return handle

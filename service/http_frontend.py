@@ -42,6 +42,8 @@ from service.http_connections import (
     HEADER_TIMEOUT,
     HEADER_TOO_LARGE,
     ConnectionGuard,
+    ExceptionHandler,
+    accept_error_handler,
     connection_cap,
     raise_nofile_soft_limit,
 )
@@ -73,6 +75,10 @@ class _ObservedSSLObject(ssl.SSLObject):
 _FRAMING_HEADERS = (b"content-length", b"transfer-encoding")
 
 
+class _HeadTooLarge(Exception):
+    """Raised from a parser callback to stop parsing a head past the limit (already refused)."""
+
+
 class _ClientCertProtocol(HttpToolsProtocol):
     """uvicorn's HTTP/1.1 protocol (httptools), plus:
 
@@ -95,6 +101,7 @@ class _ClientCertProtocol(HttpToolsProtocol):
     _refused = False
     _in_head = True
     _head_bytes = 0
+    _head_parsed = 0
     _head_timer: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
@@ -158,12 +165,16 @@ class _ClientCertProtocol(HttpToolsProtocol):
                 if self._in_head and self._head_bytes > self.guard.max_header_bytes and not self._refused:
                     self._refuse(HEADER_TOO_LARGE)
                 return
+            except _HeadTooLarge:
+                return
             except httptools.HttpParserUpgrade as upgrade:
                 if self._should_upgrade():
                     self.handle_websocket_upgrade()
                     return
                 data = self._parse_body_next() + data[upgrade.args[0] :]
             except httptools.HttpParserError:
+                if self._refused:  # a callback refused the head (httptools wraps its exception)
+                    return
                 msg = "Invalid HTTP request received."
                 self.logger.warning(msg)
                 self.send_400_response(msg)
@@ -186,12 +197,22 @@ class _ClientCertProtocol(HttpToolsProtocol):
                 self._arm_head_timer()
             super().on_message_begin()
 
+    def _count_head(self, size: int) -> None:
+        """Count ``size`` bytes of the parsed head; past the limit, refuse and stop parsing
+        (a head that arrives in one read is parsed before ``data_received`` could count it)."""
+        self._head_parsed += size
+        if self._head_parsed > self.guard.max_header_bytes:
+            self._refuse(HEADER_TOO_LARGE)
+            raise _HeadTooLarge
+
     def on_url(self, url: bytes) -> None:
         if not self._skipping_head:
+            self._count_head(len(url))
             super().on_url(url)
 
     def on_header(self, name: bytes, value: bytes) -> None:
         if not self._skipping_head:
+            self._count_head(len(name) + len(value) + 4)
             super().on_header(name, value)
 
     def on_headers_complete(self) -> None:
@@ -199,6 +220,7 @@ class _ClientCertProtocol(HttpToolsProtocol):
             self._skipping_head = False
         else:
             self._in_head = False
+            self._head_parsed = 0
             self._cancel_head_timer()
             super().on_headers_complete()
 
@@ -258,6 +280,7 @@ class HttpFrontend:
         self.ports: dict[str, int] = {}
         self._servers: list[tuple[uvicorn.Server, list[socket.socket]]] = []
         self._tasks: list[asyncio.Task[Any]] = []
+        self._previous_handler: ExceptionHandler | None = None
         listeners = [(a, False) for a in settings.listen.http] + [(a, True) for a in settings.listen.https]
         for address, secure in listeners:
             try:
@@ -287,7 +310,12 @@ class HttpFrontend:
             self._servers.append((uvicorn.Server(config), [sock]))
 
     async def start(self) -> None:
-        """Start serving every listener (returns once they accept connections)."""
+        """Start serving every listener (returns once they accept connections). Accept failures
+        for want of descriptors are counted and logged in aggregate (``accept_error_handler``)
+        while the listeners run."""
+        loop = asyncio.get_running_loop()
+        self._previous_handler = loop.get_exception_handler()
+        loop.set_exception_handler(accept_error_handler(self.guard, self._previous_handler))
         for server, sockets in self._servers:
             server.config.load()
             if server.config.ssl is not None:
@@ -305,3 +333,4 @@ class HttpFrontend:
         for server, sockets in self._servers:
             if server.started:
                 await server.shutdown(sockets=sockets)
+        asyncio.get_running_loop().set_exception_handler(self._previous_handler)

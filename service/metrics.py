@@ -27,7 +27,8 @@ TLS_HANDSHAKE_FAILURES = Counter(
 HTTP_CONNECTIONS_REFUSED = Counter(
     "xinserve_http_connections_refused",
     "OpenAI HTTP connections closed before any call was made, by reason: header_too_large (431), "
-    "header_timeout (408), connection_limit and peer_connection_limit (503).",
+    "header_timeout (408), connection_limit and peer_connection_limit (503), accept_out_of_resources "
+    "(accept() failed for want of descriptors or memory).",
     ["reason"],
 )
 REQUEST_DURATION = Histogram(
