@@ -54,6 +54,18 @@ async def test_a_request_head_past_the_limit_is_refused_with_431(tmp_path):
         assert (status, headers["connection"]) == (431, "close")
         assert body["error"]["code"] == "request_header_fields_too_large"
         assert _refused("header_too_large") == before + 1
+        # A whole oversized head in one write (parsed in one read) is refused too, as are a long
+        # request line and many small headers.
+        for head in (
+            b"GET /v1/models HTTP/1.1\r\nhost: x\r\nx-big: " + b"a" * 100_000 + b"\r\n\r\n",
+            b"GET /v1/models?" + b"q" * 70_000 + b" HTTP/1.1\r\nhost: x\r\n\r\n",
+            b"GET /v1/models HTTP/1.1\r\n" + b"".join(b"h%d: v\r\n" % i for i in range(12_000)) + b"\r\n",
+        ):
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(head)
+            await writer.drain()
+            assert (await _response(reader))[0] == 431
+            writer.close()
         # A head within the limit is served as before.
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
         writer.write(b"GET /v1/models HTTP/1.1\r\nhost: x\r\nconnection: close\r\n" + filler[:60_000] + b"\r\n\r\n")
