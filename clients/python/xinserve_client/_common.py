@@ -192,6 +192,7 @@ class ChannelConfig:
     token: TokenSource | None
     token_as_metadata: bool  # plaintext loopback: send the token as plain metadata
     extra_metadata: list[tuple[str, str]] = field(default_factory=list)
+    root_certificates: bytes | None = None  # the PEM trust roots of a TLS channel (ca_cert)
 
 
 def channel_config(
@@ -233,9 +234,10 @@ def channel_config(
     options.extend(channel_options)
     credentials = None
     token_as_metadata = False
+    roots = read_pem(ca_cert, "ca_cert") if use_tls else None
     if use_tls:
         credentials = grpc.ssl_channel_credentials(
-            root_certificates=read_pem(ca_cert, "ca_cert"),
+            root_certificates=roots,
             private_key=read_pem(client_key, "client_key"),
             certificate_chain=read_pem(client_cert, "client_cert"),
         )
@@ -259,6 +261,7 @@ def channel_config(
         token=token,
         token_as_metadata=token_as_metadata,
         extra_metadata=list(metadata or ()),
+        root_certificates=roots,
     )
 
 

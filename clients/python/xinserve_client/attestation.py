@@ -3,11 +3,15 @@
 :func:`attestation` asks the server for evidence over a fresh nonce; :meth:`Attestation.binds`
 checks that its report data is
 ``SM3(u32be(len(nonce)) ‖ nonce ‖ SHA-256(SPKI of the certificate) ‖ u32be(n) ‖ sorted SM3
-manifest digests)`` zero-padded to 64 bytes, for the certificate the client sees on its connection
-(pinned, or read with :func:`peer_certificate`). The evidence itself (TDX quote, SNP report, CSV
-report...) is checked by a :class:`Verifier`: a hardware verifier (Intel DCAP, AMD KDS, Hygon,
-or an attestation service) is the deployer's; :class:`RecordedVerifier` accepts only replayed
-``sample`` evidence, for tests and demos.
+manifest digests)`` zero-padded to 64 bytes. grpcio does not show a client the certificate its
+connection ran on, so the channel is bound by pinning: a client whose ``ca_cert`` is exactly one
+end-entity certificate (the server's own) completes a TLS handshake only with the holder of that
+certificate's key, and :func:`verify_channel` binds the attestation to that certificate
+(:attr:`Attestation.channel_certificate`). A probe over a second connection proves nothing about
+the first (a proxy can terminate one and pass the other through), so there is none. The evidence
+itself (TDX quote, SNP report, CSV report...) is checked by a :class:`Verifier`: a hardware
+verifier (Intel DCAP, AMD KDS, Hygon, or an attestation service) is the deployer's;
+:class:`RecordedVerifier` accepts only replayed ``sample`` evidence, for tests and demos.
 """
 
 from __future__ import annotations
@@ -17,8 +21,6 @@ import binascii
 import hashlib
 import json
 import os
-import socket
-import ssl
 import struct
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -54,6 +56,27 @@ def spki_sha256(certificate: bytes) -> bytes:
     return hashlib.sha256(spki).digest()
 
 
+def pinned_certificate(root_certificates: bytes | None) -> bytes | None:
+    """The DER certificate a TLS channel with these PEM trust roots is pinned to: the one
+    certificate when ``root_certificates`` holds exactly one and it cannot issue others
+    (X.509 v3, and no ``basicConstraints`` with ``cA`` true); else None (a CA, a bundle, the
+    system store), for then any certificate such a root issued could terminate the channel."""
+    if not root_certificates:
+        return None
+    try:
+        certs = x509.load_pem_x509_certificates(root_certificates)
+    except ValueError:
+        return None
+    if len(certs) != 1 or certs[0].version is not x509.Version.v3:
+        return None
+    try:
+        if certs[0].extensions.get_extension_for_class(x509.BasicConstraints).value.ca:
+            return None
+    except x509.ExtensionNotFound:
+        pass
+    return certs[0].public_bytes(serialization.Encoding.DER)
+
+
 def expected_report_data(nonce: bytes, spki_hash: bytes, manifest_digests: Iterable[str]) -> bytes:
     """The 64 report-data bytes the server must have bound (see the module docstring)."""
     digests = []
@@ -79,6 +102,10 @@ class Attestation:
     spki_sha256: bytes
     manifest_digests: tuple[str, ...]
     recorded: bool
+    channel_certificate: bytes | None = None
+    """DER of the certificate the call's channel was pinned to (:func:`pinned_certificate` of
+    the client's ``ca_cert``): the only certificate its TLS handshake could accept. None when
+    the channel trusts a CA or the system store."""
 
     def binds(self, certificate: bytes, expected_models: Sequence[str] | None = None) -> bool:
         """True when the report data binds this nonce, ``certificate`` (PEM or DER: the one on the
@@ -98,7 +125,9 @@ class Attestation:
 def attestation(client: Any, nonce: bytes | None = None, *, timeout: Any = None) -> Attestation:
     """Call ``GetAttestation`` on a :class:`~xinserve_client.XinserveClient`'s channel.
 
-    ``nonce`` defaults to 32 fresh random bytes. Raises the client's typed errors
+    ``nonce`` defaults to 32 fresh random bytes. The answer carries the channel's pinned
+    certificate (:attr:`Attestation.channel_certificate`) when the client's ``ca_cert`` is the
+    server's certificate itself. Raises the client's typed errors
     (FailedPreconditionError without a TEE or over plaintext, InvalidArgumentError for a nonce
     outside 16..64 bytes).
     """
@@ -119,23 +148,8 @@ def attestation(client: Any, nonce: bytes | None = None, *, timeout: Any = None)
         spki_sha256=r.spki_sha256,
         manifest_digests=tuple(r.manifest_digests),
         recorded=r.recorded,
+        channel_certificate=pinned_certificate(client._config.root_certificates),
     )
-
-
-def peer_certificate(target: str, root_certificates: bytes | None = None, timeout: float = 10.0) -> bytes:
-    """The DER certificate the TLS endpoint ``host:port`` presents (verified against
-    ``root_certificates`` PEM, or the system CAs). Prefer pinning the certificate you configured
-    for the channel; this opens a second TLS connection to the same endpoint."""
-    host, _, port = target.rpartition(":")
-    host = host.strip("[]")
-    ctx = ssl.create_default_context(cadata=root_certificates.decode() if root_certificates else None)
-    ctx.set_alpn_protocols(["h2"])
-    with socket.create_connection((host, int(port)), timeout=timeout) as sock:
-        with ctx.wrap_socket(sock, server_hostname=host) as tls:
-            der = tls.getpeercert(binary_form=True)
-    if der is None:
-        raise AttestationError("the endpoint presented no certificate")
-    return der
 
 
 @dataclass(frozen=True)
@@ -176,12 +190,23 @@ class RecordedVerifier:
 
 
 def verify_channel(
-    att: Attestation, certificate: bytes, verifier: Verifier, expected_models: Sequence[str] | None = None
+    att: Attestation, verifier: Verifier, expected_models: Sequence[str] | None = None
 ) -> VerifiedEvidence:
-    """Both checks at once: the verifier accepts the evidence and it binds this channel.
+    """Both checks at once: the verifier accepts the evidence and it binds the channel the call
+    ran on, i.e. the certificate that channel is pinned to (:attr:`Attestation.channel_certificate`),
+    this nonce and the models (exactly ``expected_models``' digests when given).
 
-    Raises AttestationError otherwise."""
+    Raises:
+        AttestationError: the channel is not pinned to one server certificate (the client's
+            ``ca_cert`` was a CA or absent), the verifier refused the evidence, or the report
+            data does not bind that certificate, nonce and models.
+    """
+    if att.channel_certificate is None:
+        raise AttestationError(
+            "the channel is not pinned to one server certificate, so the attestation cannot be bound to it: "
+            "create the client with ca_cert=<the server's certificate>"
+        )
     verified = verifier.verify(att)
-    if verified.report_data != att.report_data or not att.binds(certificate, expected_models):
-        raise AttestationError("the attestation does not bind this TLS certificate, nonce and models")
+    if verified.report_data != att.report_data or not att.binds(att.channel_certificate, expected_models):
+        raise AttestationError("the attestation does not bind this channel's TLS certificate, nonce and models")
     return verified
