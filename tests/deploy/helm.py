@@ -76,3 +76,23 @@ def config_of(objects: list[dict]) -> dict:
     """xinserve's configuration as the ConfigMap holds it."""
     (cm,) = [o for o in by_kind(objects, "ConfigMap") if o["metadata"]["name"].endswith("-config")]
     return yaml.safe_load(cm["data"]["config.yaml"])
+
+
+def skip_without_helm() -> None:
+    """Skip the calling test module, with the reason, when helm is not installed."""
+    if helm_binary() is None:
+        import pytest
+
+        pytest.skip(
+            "helm is not installed here: scripts/bootstrap installs it (go install helm.sh/helm/v3/cmd/helm)",
+            allow_module_level=True,
+        )
+
+
+POSTGRESQL = [
+    "audit.backend=postgresql",
+    "audit.postgresql.dsnSecretName=audit-db",
+    "audit.serverKey.secretName=server-key",
+    "audit.postgresql.archiveVolume.persistentVolumeClaim.claimName=audit-archive",
+]
+"""The documented path for replicas > 1: PostgreSQL (DSN from a Secret), the server key from a Secret."""

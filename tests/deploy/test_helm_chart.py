@@ -16,29 +16,20 @@ from tests.deploy import crd_schemas
 from tests.deploy.helm import (
     CHART,
     KUBE_VERSION,
+    POSTGRESQL,
     RenderError,
     by_kind,
     config_of,
     container_of,
     helm,
-    helm_binary,
     render,
+    skip_without_helm,
     validate_all,
 )
 
-if helm_binary() is None:
-    pytest.skip(
-        "helm is not installed here: scripts/bootstrap installs it (go install helm.sh/helm/v3/cmd/helm)",
-        allow_module_level=True,
-    )
+skip_without_helm()
 
-# The documented path for replicas > 1: PostgreSQL (DSN from a Secret), the server key from a Secret.
-PG = [
-    "audit.backend=postgresql",
-    "audit.postgresql.dsnSecretName=audit-db",
-    "audit.serverKey.secretName=server-key",
-    "audit.postgresql.archiveVolume.persistentVolumeClaim.claimName=audit-archive",
-]
+PG = POSTGRESQL
 MODELS = ["models[0].name=qwen", "models[0].path=/models/qwen"]
 CHIP_RESOURCES = {
     "cpu": "",

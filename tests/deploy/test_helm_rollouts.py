@@ -11,20 +11,20 @@ import yaml
 
 from service.app import AuditOpenFailed, open_audit
 from service.config import load_settings
-from tests.deploy.helm import RenderError, by_kind, config_of, container_of, helm_binary, render, validate_all
+from tests.deploy.helm import (
+    POSTGRESQL,
+    RenderError,
+    by_kind,
+    config_of,
+    container_of,
+    render,
+    skip_without_helm,
+    validate_all,
+)
 
-if helm_binary() is None:
-    pytest.skip(
-        "helm is not installed here: scripts/bootstrap installs it (go install helm.sh/helm/v3/cmd/helm)",
-        allow_module_level=True,
-    )
+skip_without_helm()
 
-PG = [
-    "audit.backend=postgresql",
-    "audit.postgresql.dsnSecretName=audit-db",
-    "audit.serverKey.secretName=server-key",
-    "audit.postgresql.archiveVolume.persistentVolumeClaim.claimName=audit-archive",
-]
+PG = POSTGRESQL
 
 
 def _pod_spec(objects: list[dict]) -> dict:

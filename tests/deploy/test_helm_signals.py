@@ -18,22 +18,13 @@ import service.metrics
 import service.model_metrics  # noqa: F401
 from tests.conftest import TINY
 from tests.deploy import crd_schemas
-from tests.deploy.helm import RenderError, by_kind, helm_binary, render, validate_all
+from tests.deploy.helm import POSTGRESQL, RenderError, by_kind, render, skip_without_helm, validate_all
 from tests.deploy.promql_names import metric_names
 from xinserve.v1 import inference_pb2, sampling_pb2
 
-if helm_binary() is None:
-    pytest.skip(
-        "helm is not installed here: scripts/bootstrap installs it (go install helm.sh/helm/v3/cmd/helm)",
-        allow_module_level=True,
-    )
+skip_without_helm()
 
-PG = [
-    "audit.backend=postgresql",
-    "audit.postgresql.dsnSecretName=audit-db",
-    "audit.serverKey.secretName=server-key",
-    "audit.postgresql.archiveVolume.persistentVolumeClaim.claimName=audit-archive",
-]
+PG = POSTGRESQL
 MODELS = ["models[0].name=qwen2.5-7b", "models[0].path=/models/qwen"]
 # Gateway API Inference Extension v1.5.0, docs/proposals/003-model-server-protocol and the EPP's
 # flag defaults (pkg/epp/server/options.go): the vLLM names of the metrics the picker reads.

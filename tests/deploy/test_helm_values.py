@@ -10,21 +10,21 @@ import pytest
 import yaml
 
 from service.config import Settings
-from tests.deploy.helm import CHART, by_kind, config_of, container_of, helm_binary, render, validate_all
+from tests.deploy.helm import (
+    CHART,
+    POSTGRESQL,
+    by_kind,
+    config_of,
+    container_of,
+    render,
+    skip_without_helm,
+    validate_all,
+)
 
-if helm_binary() is None:
-    pytest.skip(
-        "helm is not installed here: scripts/bootstrap installs it (go install helm.sh/helm/v3/cmd/helm)",
-        allow_module_level=True,
-    )
+skip_without_helm()
 
 EXAMPLES = CHART / "examples"
-PG = [
-    "audit.backend=postgresql",
-    "audit.postgresql.dsnSecretName=audit-db",
-    "audit.serverKey.secretName=server-key",
-    "audit.postgresql.archiveVolume.persistentVolumeClaim.claimName=audit-archive",
-]
+PG = POSTGRESQL
 
 
 def _validate_config(config: dict, tmp_path: Path) -> Settings:
