@@ -1,7 +1,8 @@
 """``xinserve audit verify | export | tail | seal``.
 
-Exit codes: 0 ok, 1 verification failed, 2 usage or bad input, 3 environment error (store
-unreachable). Errors are one line on stderr: never a stack trace, a DSN or key material.
+Exit codes: 0 ok, 1 verification failed (for ``verify`` also: no log, or one without records,
+unless ``--allow-empty``), 2 usage or bad input, 3 environment error (store unreachable).
+Errors are one line on stderr: never a stack trace, a DSN or key material.
 """
 
 from __future__ import annotations
@@ -95,6 +96,11 @@ def add_commands(subparsers: Any) -> None:
     )
     v.add_argument("--archive", type=Path, help="verify this retention archive instead of the store")
     v.add_argument("--archive-key-file", type=Path, help="SM4 key (hex) of an encrypted archive")
+    v.add_argument(
+        "--allow-empty",
+        action="store_true",
+        help="accept a log with no records (no tables, no records, or no SQLite file): exit 0 instead of 1",
+    )
     v.add_argument("--json", action="store_true", help="print the report as JSON")
     v.set_defaults(func=_run_verify)
 
@@ -276,12 +282,19 @@ def _run_verify(args: argparse.Namespace) -> int:
         _err(f"note: {n} lines of anchor file {name} skipped: not text (not UTF-8 or NUL bytes), no anchor in them")
     tsa_roots = _load_tsa_roots(args.tsa_cert) if args.tsa_cert else None
     archive_key = parse_sm4_key(args.archive_key_file.read_bytes()) if args.archive_key_file else None
+    from audit.verify import VerifyReport
+
+    missing = False
     try:
         settings = _store_settings(args)
     except AuditStoreError as exc:
-        if not anchors or "does not exist" not in str(exc):
+        if "does not exist" not in str(exc):
             raise
-        report = missing_store_report(anchors, "the audit database does not exist (deleted)", keys)
+        missing = True
+        if anchors:
+            report = missing_store_report(anchors, "the audit database does not exist (deleted)", keys)
+        else:
+            report = VerifyReport(chains=[])
     else:
         from audit.stores import open_store
 
@@ -302,11 +315,22 @@ def _run_verify(args: argparse.Namespace) -> int:
             )
         if bar is not None:
             bar.close()
+    # Nothing to verify proves nothing: an auditor must not read a deleted, emptied or dropped log as intact.
+    empty = not report.chains
+    ok = report.ok and (args.allow_empty or not empty)
     if args.json:
-        print(json.dumps(report.to_json(), ensure_ascii=False))
+        doc = report.to_json()
+        doc["ok"] = ok
+        if empty:
+            doc["empty"] = "missing" if missing else "no_records"
+        print(json.dumps(doc, ensure_ascii=False))
     else:
-        if not report.chains:
-            print("no audit records or checkpoints found")
+        if empty:
+            what = "the audit database does not exist" if missing else "no audit records or checkpoints found"
+            if args.allow_empty:
+                print(f"OK   {what} (--allow-empty)")
+            else:
+                print(f"FAIL {what}: nothing proves the log was never written (--allow-empty accepts an empty log)")
         for c in report.chains:
             status = "OK  " if c.ok else "FAIL"
             span = f"records {c.first_seq}..{c.last_seq}" if c.first_seq is not None else "no records"
@@ -328,7 +352,7 @@ def _run_verify(args: argparse.Namespace) -> int:
                 print(f"     first broken record: {c.first_broken}")
             for p in c.problems:
                 print(f"     {p.kind}: {p.message}")
-    return EXIT_OK if report.ok else EXIT_FAILED
+    return EXIT_OK if ok else EXIT_FAILED
 
 
 @_guard

@@ -72,9 +72,10 @@ async def test_usage_and_environment_errors(populated, tmp_path, capsys) -> None
     bad = tmp_path / "bad.pem"
     bad.write_text("not a key")
     assert run(["audit", "verify", "--store", str(backend.path), "--public-key", str(bad)]) == 2
-    assert run(["audit", "verify", "--store", str(tmp_path / "missing.db"), "--public-key", str(pem)]) == 3
+    dsn_down = "postgresql://auditor:s3cret@127.0.0.1:1/audit"
+    assert run(["audit", "verify", "--store", dsn_down, "--public-key", str(pem)]) == 3
     err = capsys.readouterr().err
-    assert "unreachable" in err and "Traceback" not in err
+    assert "unreachable" in err and "Traceback" not in err and "s3cret" not in err
     assert run(["audit", "export", "--store", str(backend.path), "--since", "yesterday-ish"]) == 2
     dsn = "postgresql://auditor:s3cret@127.0.0.1:1/audit"
     assert run(["audit", "tail", "--store", dsn]) == 3
@@ -188,6 +189,38 @@ async def test_verify_range_past_the_end_is_a_usage_error(populated, capsys) -> 
     backend.sql("DELETE FROM audit_records WHERE seq > 9")  # the closing checkpoint covers 12
     assert run([*base, "--from", "11"]) == 1
     assert "truncated" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("state", ["no_tables", "no_records"])
+async def test_verify_of_an_empty_store_fails_unless_allowed(backend: Backend, key, tmp_path, capsys, state) -> None:
+    from audit.stores import open_store
+
+    pem = tmp_path / "server.pub.pem"
+    pem.write_bytes(key.public_key().to_pem())
+    if backend.kind == "sqlite":
+        backend.sql("CREATE TABLE unrelated (x INTEGER)")
+    if state == "no_records":
+        with open_store(backend.settings()) as store:
+            store.create_schema()
+    base = ["audit", "verify", "--store", backend.url, "--public-key", str(pem), "--offline"]
+    assert run(base) == 1
+    assert capsys.readouterr().out.startswith("FAIL no audit records or checkpoints found")
+    assert run([*base, "--json"]) == 1
+    assert json.loads(capsys.readouterr().out) == {"ok": False, "chains": [], "empty": "no_records"}
+    assert run([*base, "--allow-empty"]) == 0
+    assert capsys.readouterr().out.startswith("OK   no audit records or checkpoints found (--allow-empty)")
+
+
+async def test_verify_of_a_missing_store_fails_unless_allowed(key, tmp_path, capsys) -> None:
+    pem = tmp_path / "server.pub.pem"
+    pem.write_bytes(key.public_key().to_pem())
+    base = ["audit", "verify", "--store", str(tmp_path / "missing.db"), "--public-key", str(pem)]
+    assert run(base) == 1
+    assert capsys.readouterr().out.startswith("FAIL the audit database does not exist")
+    assert run([*base, "--json"]) == 1
+    assert json.loads(capsys.readouterr().out) == {"ok": False, "chains": [], "empty": "missing"}
+    assert run([*base, "--allow-empty"]) == 0
+    assert "does not exist (--allow-empty)" in capsys.readouterr().out
 
 
 async def test_verify_unknown_chain_is_a_usage_error(populated, tmp_path, capsys) -> None:
