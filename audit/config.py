@@ -134,6 +134,13 @@ class AuditSettings(BaseModel):
     """Warn instead of refusing a key or password file that its group or others can read."""
     syslog: SyslogSettings | None = None
     """Ship checkpoints (and optionally records) to a syslog collector off the host."""
+    require_anchor: bool = False
+    """Production posture: refuse to start unless an off-host anchor is configured (``syslog``).
+    Without one a rolled-back, wiped or rewritten log verifies (docs/audit.md, *Production
+    posture*)."""
+    anchor_waiver: str | None = Field(default=None, min_length=1, max_length=256)
+    """With ``require_anchor`` and no ``syslog``: start anyway, for this stated reason. The waiver
+    is recorded in the ``start`` record and shown in GetServerInfo and the health detail."""
     tsa: TsaSettings | None = None
     """Timestamp checkpoints with RFC 3161 from this TSA (the tokens travel with the anchors)."""
     content_capture: bool = False
@@ -177,7 +184,23 @@ class AuditSettings(BaseModel):
             raise ValueError("signing_key_password_env and signing_key_password_file are exclusive")
         if self.tsa is not None and self.syslog is None:
             raise ValueError("tsa needs syslog: the timestamp tokens travel with the shipped checkpoints")
+        if self.anchor_waiver is not None and not self.require_anchor:
+            raise ValueError("anchor_waiver waives require_anchor: set require_anchor = true with it")
+        if self.require_anchor and self.syslog is None and self.anchor_waiver is None:
+            raise ValueError(
+                "require_anchor: no off-host anchor is configured; set syslog (a collector off the host) "
+                "or, to start without one, anchor_waiver with the reason"
+            )
         return self
+
+    @property
+    def anchor_posture(self) -> Literal["syslog", "waived", "none"]:
+        """Which off-host anchor protects the log: ``syslog``; ``waived`` (``require_anchor``
+        with ``anchor_waiver``); ``none`` (neither: rollback, wipe and a rewrite with the key are
+        not detectable)."""
+        if self.syslog is not None:
+            return "syslog"
+        return "waived" if self.require_anchor else "none"
 
     def effective_archive_dir(self) -> Path:
         if self.archive_dir is not None:

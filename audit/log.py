@@ -210,6 +210,7 @@ class AuditLog(ChainRecovery, Scheduling, Reading):
             "backlog": len(self._state.backlog),
             "disk_warning": self.disk_warning,
             "last_seq": self._state.seq,
+            **self._anchor_detail(),
             **(
                 {
                     "syslog_connected": self._shipper.connected,
@@ -220,6 +221,14 @@ class AuditLog(ChainRecovery, Scheduling, Reading):
                 else {}
             ),
         }
+
+    def _anchor_detail(self) -> dict[str, str]:
+        """``anchor`` (``AuditSettings.anchor_posture``) and, when waived, ``anchor_waiver``."""
+        if self.settings is None:
+            return {}
+        posture = self.settings.anchor_posture
+        waiver = self.settings.anchor_waiver if posture == "waived" else None
+        return {"anchor": posture, **({"anchor_waiver": waiver} if waiver else {})}
 
     async def append(self, record: AuditRecord, *, _internal: bool = False) -> int | None:
         """Append ``record``; return its sequence number once it is durably stored.

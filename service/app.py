@@ -187,6 +187,22 @@ async def model_entries(
     return entries, store
 
 
+def warn_without_anchor(settings: Settings) -> None:
+    """Log a warning at start when no off-host anchor protects the audit log (``audit.syslog``
+    unset): rollback, wipe and a rewrite with the key then go undetected (docs/audit.md,
+    *Production posture*)."""
+    posture = settings.audit.anchor_posture
+    if posture == "syslog":
+        return
+    log.warning(
+        "AUDIT_LOG_WITHOUT_OFF_HOST_ANCHOR",
+        anchor=posture,
+        anchor_waiver=settings.audit.anchor_waiver,
+        note="a rolled-back, wiped or rewritten audit log cannot be detected; production: set audit.syslog "
+        "and audit.require_anchor = true (docs/audit.md, Production posture)",
+    )
+
+
 def verify_running_image(settings: Settings, store: TrustStore | None) -> None:
     """If an image signature and the running digest are configured, they must verify.
 
@@ -293,7 +309,10 @@ class Server:
                 pid=os.getpid(),
                 image_digest=settings.trust.image_digest,
                 allow_unsigned_models=settings.trust.allow_unsigned_models,
+                audit_anchor=settings.audit.anchor_posture,
+                anchor_waiver=settings.audit.anchor_waiver if settings.audit.anchor_posture == "waived" else None,
             )
+            warn_without_anchor(settings)
             await audit.event(
                 EventType.CONFIG_LOADED,
                 config_digest=config_digest(settings),

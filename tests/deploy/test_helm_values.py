@@ -152,6 +152,7 @@ def test_shipped_values_files_render_valid_and_the_server_accepts_their_config(n
         assert settings.listen.https == ["0.0.0.0:8000"] and not settings.listen.http
         assert settings.tls.client_ca_file is not None and settings.auth.required
         assert str(settings.audit.store) == "postgresql"  # the DSN: XINSERVE_AUDIT__DSN from the Secret
+        assert settings.audit.require_anchor and settings.audit.anchor_posture == "syslog"
         assert by_kind(objects, "PrometheusRule") and by_kind(objects, "ServiceMonitor")
         assert by_kind(objects, "PodDisruptionBudget")
         reload = deployment["metadata"]["annotations"]["secret.reloader.stakater.com/reload"]

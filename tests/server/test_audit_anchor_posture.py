@@ -1,0 +1,98 @@
+"""The production posture of the audit log: ``audit.require_anchor`` refuses a start without an
+off-host anchor (``audit.syslog``) unless ``audit.anchor_waiver`` names a reason; the posture is
+in the ``start`` record and the audit log's health detail, and a start without an anchor logs a
+warning. Real ``xinserve serve`` (refusal) and a real in-process server start (no engine)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from audit import QueryFilter, decode_record
+from service.app import Server
+from service.config import ConfigError, load_settings
+from tests.conftest import REPO
+
+ASYNC = pytest.mark.asyncio(loop_scope="session")
+REASON = "collector ordered, ticket OPS-42"
+
+
+def _serve(tmp_path: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "service.cli", "serve", "--listen", "127.0.0.1:0", "--no-metrics", *extra],
+        cwd=REPO,
+        env={**os.environ, "XDG_DATA_HOME": str(tmp_path / "xdg"), "XINSERVE_AUDIT__REQUIRE_ANCHOR": "true"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+
+
+def test_require_anchor_without_syslog_refuses_the_start(tmp_path: Path) -> None:
+    result = _serve(tmp_path)
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert "audit: require_anchor: no off-host anchor is configured" in result.stderr
+    assert "anchor_waiver" in result.stderr and "Traceback" not in result.stderr
+    assert not (tmp_path / "xdg").exists()  # refused before anything was created
+
+
+def test_posture_from_the_settings(tmp_path: Path) -> None:
+    def posture(audit: dict) -> str:
+        return load_settings(overrides={"data_dir": str(tmp_path), "audit": audit}).audit.anchor_posture
+
+    assert posture({}) == "none"
+    assert posture({"require_anchor": True, "syslog": {"host": "collector.example"}}) == "syslog"
+    assert posture({"require_anchor": True, "anchor_waiver": REASON}) == "waived"
+    with pytest.raises(ConfigError, match="anchor_waiver waives require_anchor"):
+        posture({"anchor_waiver": REASON})
+    with pytest.raises(ConfigError, match="anchor_waiver"):
+        posture({"require_anchor": True, "anchor_waiver": ""})
+
+
+async def _start_record_and_health(tmp_path: Path, audit: dict) -> tuple[dict, dict]:
+    model = tmp_path / "model"
+    model.mkdir(exist_ok=True)
+    settings = load_settings(
+        overrides={
+            "data_dir": str(tmp_path / "data"),
+            "listen": {"plaintext": ["127.0.0.1:0"]},
+            "metrics_listen": None,
+            "models": [{"name": "m", "path": str(model)}],
+            "audit": audit,
+        }
+    )
+    server = await Server.create(settings)
+    try:
+        assert server.runtime.audit is not None
+        health = server.runtime.audit.log.health_detail()
+        rows = await server.runtime.audit.log.query(QueryFilter(event="start"))
+    finally:
+        await server.frontend.stop(0)
+        await server.runtime.audit.close()
+    return decode_record(rows[-1].body)[2].detail, health
+
+
+@ASYNC
+async def test_a_waived_anchor_is_recorded_at_start_and_in_the_health_detail(tmp_path: Path, capsys) -> None:
+    detail, health = await _start_record_and_health(tmp_path, {"require_anchor": True, "anchor_waiver": REASON})
+    assert detail["audit_anchor"] == "waived" and detail["anchor_waiver"] == REASON
+    assert health["anchor"] == "waived" and health["anchor_waiver"] == REASON
+    err = capsys.readouterr()
+    assert "AUDIT_LOG_WITHOUT_OFF_HOST_ANCHOR" in err.out + err.err
+
+
+@ASYNC
+async def test_the_default_start_records_no_anchor_and_warns(tmp_path: Path, capsys) -> None:
+    detail, health = await _start_record_and_health(tmp_path, {})
+    assert detail["audit_anchor"] == "none" and "anchor_waiver" not in detail
+    assert health["anchor"] == "none" and "anchor_waiver" not in health
+    err = capsys.readouterr()
+    logged = err.out + err.err
+    assert "AUDIT_LOG_WITHOUT_OFF_HOST_ANCHOR" in logged and "audit.require_anchor" in logged
+    json.dumps(health)  # the health detail stays plain JSON
