@@ -302,6 +302,35 @@ class LimitsSettings(_Model):
     max_tokens; an unset max_tokens counts as the model's context length. Bounds the memory
     and the conversion work of one reply (each entry is about 17 bytes on the wire: the default
     keeps a reply within the 4 MiB gRPC clients accept by default)."""
+    max_structured_choices: int = Field(default=1000, ge=1)
+    """Most entries of a structured-output ``choice`` list (INVALID_ARGUMENT naming
+    ``sampling_params.choice.choices``; OpenAI front end: ``choice``). vLLM compiles the list
+    into one grammar in the EngineCore, and that compile is not stopped by cancelling the call
+    (20,000 entries measured 13.8 s of EngineCore CPU). The default is OpenAI's documented
+    Structured Outputs bound of 1,000 enum values per schema."""
+    max_structured_output_bytes: int = Field(default=256 * 1024, ge=1024)
+    """Largest structured-output constraint in UTF-8 bytes: the JSON Schema text, regex or
+    grammar, or the ``choice`` entries together (INVALID_ARGUMENT naming the field). OpenAI's
+    Structured Outputs bound the names, enum and const values of one schema to 120,000
+    characters; the default leaves room for the schema around them."""
+    max_structured_output_depth: int = Field(default=64, ge=1)
+    """Deepest nesting of a structured-output constraint: JSON arrays/objects of a JSON Schema,
+    groups of a regex, parenthesised/bracketed groups of a grammar (INVALID_ARGUMENT naming
+    the field). OpenAI's Structured Outputs allow 10 levels of schema nesting, each level being
+    two or three JSON levels (``properties``/``items``); deeper nesting only costs the
+    compiler's recursion."""
+    max_token_ids: int = Field(default=131072, ge=1)
+    """Most token ids of a request: ``prompt_token_ids`` of Generate (OpenAI: a token-id
+    ``prompt``), ``token_ids`` of Detokenize (OpenAI ``/detokenize``: ``tokens``). The default
+    is a 128 Ki-token context, the largest of common open models (Llama 3.1, Qwen2.5); no
+    prompt or output of those is longer."""
+    max_logit_bias: int = Field(default=1024, ge=1)
+    """Most ``logit_bias`` entries of a request (also bounded by the vocabulary size): vLLM
+    applies each entry at every decoding step of the request."""
+    max_tokenize_bytes: int = Field(default=1024 * 1024, ge=1024)
+    """Largest text of Tokenize (OpenAI ``/tokenize``: ``prompt``) in UTF-8 bytes, and never
+    more than ``max_prompt_bytes``: twice a 128 Ki-token context at ~4 bytes per token, while
+    2 MiB measured 3–18 s of tokenizer time on one core."""
 
 
 class Settings(BaseSettings):

@@ -35,6 +35,7 @@ from service.validation import (
     check_chat_messages,
     check_model_name,
     check_text_size,
+    check_token_ids,
     resolve_request_id,
     sampling_options,
 )
@@ -176,6 +177,7 @@ class Inference:
                 v.add("prompt", "set exactly one of prompt and prompt_token_ids, not both")
             elif not request.prompt and not request.prompt_token_ids:
                 v.add("prompt", "one of prompt and prompt_token_ids is required")
+            check_token_ids(v, "prompt_token_ids", len(request.prompt_token_ids), self._limits)
             prompt = request.prompt or None
             prompt_ids = list(request.prompt_token_ids) or None
         # Sampling bounds are checked against the model; every field violation is reported
@@ -414,9 +416,21 @@ class Inference:
     async def tokenize(
         self, request: inference_pb2.TokenizeRequest, info: CallRecord
     ) -> inference_pb2.TokenizeResponse:
+        """The model tokenizer's ids for ``request.text``.
+
+        Raises:
+            RpcError: INVALID_ARGUMENT naming ``text`` past ``limits.max_tokenize_bytes`` (or
+                ``max_prompt_bytes`` when lower) UTF-8 bytes, ``model`` when empty.
+        """
         v = Violations()
         check_model_name(request.model, v)
-        check_text_size(v, "text", len(request.text.encode("utf-8")), self._limits)
+        limits = self._limits
+        if limits.max_tokenize_bytes < limits.max_prompt_bytes:
+            check_text_size(
+                v, "text", len(request.text.encode("utf-8")), limits, limits.max_tokenize_bytes, "max_tokenize_bytes"
+            )
+        else:
+            check_text_size(v, "text", len(request.text.encode("utf-8")), limits)
         v.raise_if_any()
         info.model = request.model
         self._policy.authorize_model(info.principal, info.method, request.model)
@@ -428,8 +442,15 @@ class Inference:
     async def detokenize(
         self, request: inference_pb2.DetokenizeRequest, info: CallRecord
     ) -> inference_pb2.DetokenizeResponse:
+        """The model tokenizer's text for ``request.token_ids``.
+
+        Raises:
+            RpcError: INVALID_ARGUMENT naming ``token_ids`` past ``limits.max_token_ids`` ids,
+                ``model`` when empty.
+        """
         v = Violations()
         check_model_name(request.model, v)
+        check_token_ids(v, "token_ids", len(request.token_ids), self._limits)
         v.raise_if_any()
         info.model = request.model
         self._policy.authorize_model(info.principal, info.method, request.model)

@@ -46,6 +46,9 @@ _FINISH: dict[int, str] = {
 _RENAMED = {
     "inputs": "input",
     "prompt_token_ids": "prompt",
+    "choice.choices": "choice",
+    "text": "prompt",  # Tokenize's text is /tokenize's prompt
+    "token_ids": "tokens",  # Detokenize's token_ids are /detokenize's tokens
 }
 # vLLM's request fields removed in vLLM 0.12 → the field that replaces each here.
 _REMOVED = {

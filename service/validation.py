@@ -141,8 +141,12 @@ def sampling_options(
         if value is not None and not 0 <= value <= info.max_logprobs:
             v.add(p + name, f"must be between 0 and {info.max_logprobs}, got {value}")
     _check_logprob_budget(sp, info, limits, v)
-    if len(sp.logit_bias) > vocab:
-        v.add(p + "logit_bias", f"at most {vocab} entries")
+    if len(sp.logit_bias) > min(vocab, limits.max_logit_bias):
+        v.add(
+            p + "logit_bias",
+            f"at most {min(vocab, limits.max_logit_bias)} entries are accepted (limits.max_logit_bias, "
+            f"vocabulary size {vocab}), got {len(sp.logit_bias)}",
+        )
     else:
         for tid, bias in sp.logit_bias.items():
             if not 0 <= tid < vocab:
@@ -154,8 +158,17 @@ def sampling_options(
     kind = sp.WhichOneof("structured_output")
     if kind == "choice":
         choices = tuple(sp.choice.choices)
+        field = p + "choice.choices"
         if not choices or any(not c for c in choices):
-            v.add(p + "choice.choices", "needs at least one choice, none empty")
+            v.add(field, "needs at least one choice, none empty")
+        elif len(choices) > limits.max_structured_choices:
+            v.add(
+                field,
+                f"at most {limits.max_structured_choices} choices are accepted "
+                f"(limits.max_structured_choices), got {len(choices)}",
+            )
+        else:
+            _check_constraint_size(v, field, sum(len(c.encode("utf-8")) for c in choices), limits)
         structured = StructuredOutput("choice", choices)
     elif kind == "json_object":
         if not sp.json_object:
@@ -165,6 +178,14 @@ def sampling_options(
         text = getattr(sp, kind)
         if not text:
             v.add(p + kind, "must not be empty")
+        elif _check_constraint_size(v, p + kind, len(text.encode("utf-8")), limits):
+            depth = nesting_depth(text, kind)
+            if depth > limits.max_structured_output_depth:
+                v.add(
+                    p + kind,
+                    f"nests {depth} levels deep; at most {limits.max_structured_output_depth} are accepted "
+                    "(limits.max_structured_output_depth)",
+                )
         structured = StructuredOutput(kind, text)  # type: ignore[arg-type]
     if sp.lora_name and len(sp.lora_name) > 128:
         v.add(p + "lora_name", "is longer than 128 characters")
@@ -177,6 +198,66 @@ def sampling_options(
         structured_output=structured,
         lora_name=sp.lora_name or None,
     )
+
+
+# Per constraint kind: the characters that open and close a nesting level, the quotes whose
+# contents are literal, and whether ``[...]`` is a character class (literal contents).
+_NESTING: dict[str, tuple[str, str, str, bool]] = {
+    "json_schema": ("[{", "]}", '"', False),
+    "regex": ("(", ")", "", True),
+    "grammar": ("([{", ")]}", "\"'", False),
+}
+
+
+def nesting_depth(text: str, kind: str) -> int:
+    """The deepest nesting of a structured-output constraint's text, in one pass over it:
+    JSON arrays and objects (``json_schema``, outside strings), regex groups (``regex``,
+    outside character classes), grammar groups ``( ) [ ] { }`` (``grammar``, outside quoted
+    literals). A backslash escapes the next character. Unbalanced closers count as nothing;
+    the compiler refuses such text itself."""
+    opens, closes, quotes, char_class = _NESTING[kind]
+    depth = deepest = 0
+    quote = ""
+    in_class = escaped = False
+    for ch in text:
+        if escaped:
+            escaped = False
+        elif ch == "\\":
+            escaped = True
+        elif quote:
+            if ch == quote:
+                quote = ""
+        elif in_class:
+            if ch == "]":
+                in_class = False
+        elif ch in quotes:
+            quote = ch
+        elif char_class and ch == "[":
+            in_class = True
+        elif ch in opens:
+            depth += 1
+            deepest = max(deepest, depth)
+        elif ch in closes and depth:
+            depth -= 1
+    return deepest
+
+
+def _check_constraint_size(v: Violations, field: str, size: int, limits: LimitsSettings) -> bool:
+    """Refuse a constraint larger than ``limits.max_structured_output_bytes``; True when it fits."""
+    if size <= limits.max_structured_output_bytes:
+        return True
+    v.add(
+        field,
+        f"is {size} bytes; at most {limits.max_structured_output_bytes} bytes are accepted "
+        "(limits.max_structured_output_bytes)",
+    )
+    return False
+
+
+def check_token_ids(v: Violations, field: str, count: int, limits: LimitsSettings) -> None:
+    """Refuse a token-id list longer than ``limits.max_token_ids``."""
+    if count > limits.max_token_ids:
+        v.add(field, f"has {count} token ids; at most {limits.max_token_ids} are accepted (limits.max_token_ids)")
 
 
 def logprob_entries(
@@ -250,7 +331,16 @@ def check_chat_messages(messages, limits: LimitsSettings, v: Violations) -> list
     return out
 
 
-def check_text_size(v: Violations, field: str, size: int, limits: LimitsSettings) -> None:
-    """Refuse text larger than ``limits.max_prompt_bytes`` (UTF-8 bytes) before tokenizing it."""
-    if size > limits.max_prompt_bytes:
-        v.add(field, f"is {size} bytes; at most {limits.max_prompt_bytes} bytes are accepted")
+def check_text_size(
+    v: Violations,
+    field: str,
+    size: int,
+    limits: LimitsSettings,
+    limit: int | None = None,
+    name: str = "max_prompt_bytes",
+) -> None:
+    """Refuse text larger than ``limit`` (default ``limits.max_prompt_bytes``; UTF-8 bytes)
+    before tokenizing it; ``name`` is the limit's setting, given in the refusal."""
+    limit = limits.max_prompt_bytes if limit is None else limit
+    if size > limit:
+        v.add(field, f"is {size} bytes; at most {limit} bytes are accepted (limits.{name})")

@@ -215,7 +215,7 @@ REFUSED: dict[str, tuple[str, dict[str, Any], str, str]] = {
         "structured_outputs.grammar",
         "must not be empty",
     ),
-    "choice-empty": ("completions", {"choice": []}, "choice.choices", "at least one choice"),
+    "choice-empty": ("completions", {"choice": []}, "choice", "at least one choice"),
     "json_object-false": ("completions", {"json_object": False}, "json_object", "only true is meaningful"),
 }
 
