@@ -13,12 +13,12 @@ one is detected too.
 
 from __future__ import annotations
 
-import enum
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from audit.errors import AuditEncodingError
 from audit.records import FORMAT_VERSION, canonical_json, parse_body
+from trust.compat import StrEnum
 from trust.sm3 import sm3
 
 GENESIS = bytes(32)
@@ -30,7 +30,7 @@ def chain_hash(prev: bytes, body: bytes) -> bytes:
     return sm3(prev + body)
 
 
-class CheckpointKind(enum.StrEnum):
+class CheckpointKind(StrEnum):
     OPEN = "open"
     """Written when the log opens on a cleanly closed (or new) chain."""
     RECOVERY = "recovery"

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import enum
 import os
 import socket
 from pathlib import Path
@@ -11,12 +10,13 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
 from audit.errors import AuditConfigError
+from trust.compat import StrEnum
 
 MIN_RETENTION_DAYS = 180
 """PRC Cybersecurity Law art. 21: network logs are kept at least six months."""
 
 
-class FailurePolicy(enum.StrEnum):
+class FailurePolicy(StrEnum):
     """What happens when a record cannot be written (auditd's ``disk_full_action``)."""
 
     FAIL_CLOSED = "fail_closed"
@@ -83,7 +83,7 @@ class TsaSettings(BaseModel):
     timeout_s: float = Field(default=10.0, gt=0)
 
 
-class StoreKind(enum.StrEnum):
+class StoreKind(StrEnum):
     SQLITE = "sqlite"
     POSTGRESQL = "postgresql"
 

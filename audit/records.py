@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import base64
 import dataclasses
-import enum
 import json
 import re
 import time
@@ -29,6 +28,7 @@ from json.encoder import encode_basestring as _quote
 from typing import Any
 
 from audit.errors import AuditEncodingError
+from trust.compat import StrEnum
 
 FORMAT_VERSION = 1
 MAX_SAFE_INT = 2**53 - 1
@@ -36,7 +36,7 @@ _DETAIL_KEY = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
 _HEX = re.compile(r"[0-9a-f]*")
 
 
-class EventType(enum.StrEnum):
+class EventType(StrEnum):
     """What a record is about. ``rpc`` for every gRPC call; the rest are system events."""
 
     RPC = "rpc"

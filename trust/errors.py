@@ -7,7 +7,7 @@ CLI prints; ``detail`` is a short human sentence that never contains key materia
 
 from __future__ import annotations
 
-from enum import StrEnum
+from trust.compat import StrEnum
 
 
 class TrustError(Exception):

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from enum import StrEnum
-
+from trust.compat import StrEnum
 from trust.errors import TrustError
 
 
