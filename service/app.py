@@ -42,7 +42,7 @@ from service.logs import get_logger
 from service.model_metrics import export_runtime
 from service.model_verification import copies_root, verify_and_load
 from service.refused_start import REFUSED_IMAGE, record_refused_start
-from service.reload import Reloader, authenticator_for, changed_config_fields
+from service.reload import Reloader, authenticator_for, changed_config_fields, record_start_state
 from service.runtime import AdapterEntry, ModelEntry, ModelState, Runtime
 from service.server_servicer import server_version
 from service.start_footprint import StartFootprint
@@ -318,6 +318,7 @@ class Server:
                 config_digest=config_digest(settings),
                 changed_fields=",".join(changed_config_fields(settings)),
             )
+            await record_start_state(settings, audit, frontend.core.authenticator.tokens, configured_store)
             try:
                 runtime.tee = await TeeHook.start(settings.tee, runtime)
             except TeeStartupError as exc:
