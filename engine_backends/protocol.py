@@ -10,7 +10,7 @@ import enum
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
 ModelKind = Literal["generate", "embed"]
 StructuredKind = Literal["json_schema", "regex", "choice", "grammar", "json_object"]
@@ -70,7 +70,12 @@ class GenerateInput:
     sampling: SamplingOptions
     prompt: str | None = None
     prompt_token_ids: Sequence[int] | None = None
-    messages: Sequence[Mapping[str, str]] | None = None
+    messages: Sequence[Mapping[str, Any]] | None = None
+    """Chat messages as chat templates take them: ``role``, ``content`` (text), optional
+    ``name``, ``tool_calls`` (``[{"id", "type": "function", "function": {"name",
+    "arguments": {...}}}]``) and ``tool_call_id``."""
+    tools: Sequence[Mapping[str, Any]] | None = None
+    """Chat only: OpenAI ``tools`` dicts passed to the chat template (``tools=``)."""
     add_generation_prompt: bool = True
     allow_special_tokens: bool = False
     """Chat only: message contents may carry special-token strings as control tokens."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 import logging
 from collections import Counter
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
@@ -234,25 +235,41 @@ class VllmEngine:
             if not 0 <= tid < vocab:
                 raise InvalidRequestError(f"{field}[{i}]", f"token id {tid} is outside the vocabulary [0, {vocab})")
 
-    async def _refuse_special_tokens(self, messages: Sequence[Mapping[str, str]]) -> None:
-        """Raise InvalidRequestError naming ``messages[i].content`` when a content holds one of
-        the tokenizer's special-token strings (it would become a control token in the rendered
-        conversation)."""
+    async def _refuse_special_tokens(
+        self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None = None
+    ) -> None:
+        """Raise InvalidRequestError naming the field (``messages[i].content``,
+        ``messages[i].tool_calls[j].arguments``, ``tools[i]``) when a text the chat template
+        renders holds one of the tokenizer's special-token strings (it would become a control
+        token in the rendered conversation)."""
         guard = self._special_tokens
+        texts: list[tuple[str, str]] = []
+        for i, message in enumerate(messages):
+            texts.append((f"messages[{i}].content", message.get("content") or ""))
+            for j, call in enumerate(message.get("tool_calls") or ()):
+                function = call.get("function", {})
+                rendered = json.dumps(function.get("arguments", {}), ensure_ascii=False)
+                texts.append((f"messages[{i}].tool_calls[{j}].arguments", rendered))
+                texts.append((f"messages[{i}].tool_calls[{j}].name", function.get("name", "")))
+                texts.append((f"messages[{i}].tool_calls[{j}].id", call.get("id", "")))
+            if message.get("tool_call_id"):
+                texts.append((f"messages[{i}].tool_call_id", message["tool_call_id"]))
+        for i, tool in enumerate(tools or ()):
+            texts.append((f"tools[{i}]", json.dumps(tool, ensure_ascii=False)))
 
-        def scan() -> tuple[int, str] | None:
-            for i, message in enumerate(messages):
-                found = guard.find(message.get("content", ""))
+        def scan() -> tuple[str, str] | None:
+            for field, text in texts:
+                found = guard.find(text)
                 if found is not None:
-                    return i, found
+                    return field, found
             return None
 
-        size = sum(len(m.get("content", "")) for m in messages)
+        size = sum(len(text) for _, text in texts)
         hit = scan() if size <= _INLINE_TOKENIZE_CHARS else await asyncio.to_thread(scan)
         if hit is not None:
-            i, found = hit
+            field, found = hit
             raise InvalidRequestError(
-                f"messages[{i}].content",
+                field,
                 f"contains the special token {found!r}; set allow_special_tokens to pass it as a control token",
             )
 
@@ -262,13 +279,14 @@ class VllmEngine:
             if not getattr(tok, "chat_template", None):
                 raise InvalidRequestError("model", "this model has no chat template")
             messages = [dict(m) for m in request.messages]
+            tools = [dict(t) for t in request.tools] if request.tools else None
             if not request.allow_special_tokens:
-                await self._refuse_special_tokens(messages)
+                await self._refuse_special_tokens(messages, tools)
 
             def render() -> str:
                 return str(
                     tok.apply_chat_template(
-                        messages, tokenize=False, add_generation_prompt=request.add_generation_prompt
+                        messages, tools=tools, tokenize=False, add_generation_prompt=request.add_generation_prompt
                     )
                 )
 

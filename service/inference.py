@@ -18,6 +18,7 @@ import contextlib
 import json
 import time
 from collections.abc import AsyncIterator
+from typing import Any
 
 import grpc
 
@@ -28,6 +29,7 @@ from service.convert import extend_positions_bounded, fill_completion_output_bou
 from service.policy import AccessPolicy
 from service.runtime import Runtime
 from service.status import RpcError
+from service.tools import ToolPlan, add_history_tool_fields, check_tools
 from service.validation import (
     REQUEST_ID,
     REQUEST_ID_RULE,
@@ -44,10 +46,14 @@ from xinserve.v1 import common_pb2, inference_pb2, sampling_pb2
 _EMPTY_SAMPLING = sampling_pb2.SamplingParams()
 
 
-def _audited_prompt(prompt: str | None, ids: list[int] | None, messages: list[dict[str, str]] | None) -> str | bytes:
-    """What the audit log digests as the prompt: the text, the token ids, or the messages as JSON."""
+def _audited_prompt(
+    prompt: str | None, ids: list[int] | None, messages: list[dict[str, Any]] | None, tools: list[dict[str, Any]] | None
+) -> str | bytes:
+    """What the audit log digests as the prompt: the text, the token ids, or the messages as
+    JSON (with tools: ``{"messages": [...], "tools": [...]}`` as JSON)."""
     if messages is not None:
-        return json.dumps(messages, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+        shown: Any = {"messages": messages, "tools": tools} if tools else messages
+        return json.dumps(shown, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
     if ids is not None:
         return ",".join(map(str, ids))
     return prompt or ""
@@ -167,10 +173,13 @@ class Inference:
         messages = None
         prompt = None
         prompt_ids = None
+        plan = ToolPlan(None, "none")
         if chat:
             messages = check_chat_messages(request.messages, self._limits, v)
             size = sum(len(m.content.encode("utf-8")) for m in request.messages)
+            size += add_history_tool_fields(request, messages, v)
             check_text_size(v, "messages", size, self._limits)
+            plan = check_tools(request, v, self._limits)
         else:
             check_text_size(v, "prompt", len(request.prompt.encode("utf-8")), self._limits)
             if request.prompt and request.prompt_token_ids:
@@ -190,6 +199,14 @@ class Inference:
             v.raise_if_any()
             raise
         sp = request.sampling_params if request.HasField("sampling_params") else _EMPTY_SAMPLING
+        if plan.schema is not None:
+            if sp.WhichOneof("structured_output") is not None:
+                v.add("tool_choice", f"{plan.mode} tool choice cannot be combined with structured output")
+            else:
+                forced = sampling_pb2.SamplingParams()
+                forced.CopyFrom(sp)
+                forced.json_schema = plan.schema
+                sp = forced
         options = sampling_options(sp, engine.info, self._limits, v)
         if chat and sp.HasField("prompt_logprobs"):
             v.add("sampling_params.prompt_logprobs", "is not supported by Chat (the prompt is the rendered template)")
@@ -198,7 +215,7 @@ class Inference:
         adapter = self._rt.adapter_for(request.model, options.lora_name)
         if adapter is not None:
             info.audit_detail.update(adapter.audit_detail())
-        info.prompt = _audited_prompt(prompt, prompt_ids, messages)
+        info.prompt = _audited_prompt(prompt, prompt_ids, messages, plan.tools)
         if rid in self.active:
             raise RpcError(
                 grpc.StatusCode.ALREADY_EXISTS, f"request id {rid!r} is already running", "DUPLICATE_REQUEST_ID"
@@ -212,6 +229,7 @@ class Inference:
             prompt=prompt,
             prompt_token_ids=prompt_ids,
             messages=messages,
+            tools=plan.tools,
             add_generation_prompt=add_generation_prompt,
             allow_special_tokens=bool(chat and request.allow_special_tokens),
             stream=stream,

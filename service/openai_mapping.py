@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import base64
 import json
+import re
+import secrets
 import struct
 import time
 from typing import Any
@@ -42,6 +44,11 @@ _FINISH: dict[int, str] = {
     common_pb2.FINISH_REASON_CANCELLED: "abort",
     common_pb2.FINISH_REASON_ERROR: "error",
 }
+_TOOL_MODES = {
+    "none": inference_pb2.TOOL_CHOICE_MODE_NONE,
+    "auto": inference_pb2.TOOL_CHOICE_MODE_AUTO,
+    "required": inference_pb2.TOOL_CHOICE_MODE_REQUIRED,
+}
 # Contract field paths whose OpenAI name differs (prefix "sampling_params." is dropped first).
 _RENAMED = {
     "inputs": "input",
@@ -67,8 +74,20 @@ _VLLM_STRUCTURED = {
 }
 
 
+# Contract paths of tool fields → their OpenAI paths.
+_TOOL_PATHS = (
+    (re.compile(r"^tools\[(\d+)\]\.parameters_json$"), r"tools[\1].function.parameters"),
+    (re.compile(r"^tools\[(\d+)\]\.name$"), r"tools[\1].function.name"),
+    (re.compile(r"^(messages\[\d+\]\.tool_calls\[\d+\])\.(name|arguments)$"), r"\1.function.\2"),
+)
+
+
 def openai_param(field: str, chat: bool = False) -> str:
-    """The OpenAI request field for a contract field path (``sampling_params.top_p`` → ``top_p``)."""
+    """The OpenAI request field for a contract field path (``sampling_params.top_p`` → ``top_p``,
+    ``tools[0].parameters_json`` → ``tools[0].function.parameters``)."""
+    for pattern, replacement in _TOOL_PATHS:
+        if pattern.match(field):
+            return pattern.sub(replacement, field)
     name = field.removeprefix("sampling_params.")
     head, sep, rest = name.partition("[")
     if chat and head == "logprobs" and name != field:  # the contract's logprobs is chat's top_logprobs
@@ -227,37 +246,70 @@ def _content(message_index: int, content: Any) -> str:
 
 def _message(index: int, message: ChatMessage) -> common_pb2.ChatMessage:
     """One chat message as the contract's, following OpenAI's message rules: ``content`` is
-    required except on an assistant message carrying ``tool_calls`` or ``function_call``
-    (which this server refuses: no tool or function calling); a ``developer`` message is
-    OpenAI's newer name for a ``system`` message and is passed on as one."""
+    required except on an assistant message carrying ``tool_calls``; a ``tool`` message
+    carries the ``tool_call_id`` it answers; the legacy ``function_call`` and ``function``
+    role are refused (use tools); a ``developer`` message is OpenAI's newer name for a
+    ``system`` message and is passed on as one."""
     where = f"messages[{index}]"
-    if message.tool_calls:
-        _refuse(f"{where}.tool_calls", "tool and function calling are not supported")
     if message.function_call is not None:
-        _refuse(f"{where}.function_call", "tool and function calling are not supported")
+        _refuse(f"{where}.function_call", "legacy function calling is not supported; use tools")
     if message.role == "function":
-        _refuse(f"{where}.role", "function messages are not supported (function calling is not)")
-    if message.content is None:
+        _refuse(f"{where}.role", "function messages are not supported (legacy function calling); use tool")
+    if message.content is None and not (message.role == "assistant" and message.tool_calls):
         _refuse(f"{where}.content", f"is required in a {message.role} message")
     role = "system" if message.role == "developer" else message.role
-    name = {"name": message.name} if message.name else {}
-    return common_pb2.ChatMessage(role=role, content=_content(index, message.content), **name)
+    out = common_pb2.ChatMessage(role=role, content=_content(index, message.content))
+    if message.name:
+        out.name = message.name
+    for call in message.tool_calls or ():
+        out.tool_calls.add(id=call.id, name=call.function.name, arguments=call.function.arguments)
+    if message.tool_call_id is not None:
+        out.tool_call_id = message.tool_call_id
+    return out
+
+
+def _tools(body: ChatBody, req: inference_pb2.ChatRequest) -> None:
+    """Copy ``tools``, ``tool_choice`` and ``parallel_tool_calls`` into the contract's
+    request; an empty ``tools`` array is refused, as OpenAI's API and vLLM refuse it."""
+    if body.tools is not None and not body.tools:
+        _refuse("tools", "must not be an empty array; give at least one tool or leave it out")
+    for tool in body.tools or ():
+        function = tool.function
+        parameters = "" if function.parameters is None else json.dumps(function.parameters, ensure_ascii=False)
+        req.tools.add(name=function.name, description=function.description or "", parameters_json=parameters)
+    choice = body.tool_choice
+    if isinstance(choice, str):
+        req.tool_choice.mode = _TOOL_MODES[choice]
+    elif choice is not None:
+        req.tool_choice.function_name = choice.function.name
+    if body.parallel_tool_calls is not None:
+        req.parallel_tool_calls = body.parallel_tool_calls
+
+
+def forced_tool(body: ChatBody) -> str | None:
+    """``"required"``, the named function, or None: the ``tool_choice`` that structured
+    output forces (the reply's text is then the tool calls' JSON)."""
+    if not body.tools:
+        return None
+    choice = body.tool_choice
+    if choice == "required":
+        return "required"
+    if choice is not None and not isinstance(choice, str):
+        return choice.function.name
+    return None
 
 
 def chat_request(body: ChatBody, request_id: str) -> inference_pb2.ChatRequest:
     """A ``ChatRequest`` for ``POST /v1/chat/completions``.
 
     Raises:
-        RpcError: INVALID_ARGUMENT for tools, functions, audio, ``top_logprobs`` without
-            ``logprobs``, a message without ``content`` (``messages[i].content``), more
-            than one structured-output field (``response_format`` counting as one), and
-            vLLM's removed ``guided_*`` fields.
+        RpcError: INVALID_ARGUMENT for legacy ``functions``, audio, ``top_logprobs`` without
+            ``logprobs``, a message without ``content`` (``messages[i].content``), an
+            empty ``tools`` array, more than one structured-output field
+            (``response_format`` counting as one), and vLLM's removed ``guided_*`` fields.
     """
-    for name in ("tools", "functions"):
-        if getattr(body, name):
-            _refuse(name, "tool and function calling are not supported")
-    if body.tool_choice not in (None, "none"):
-        _refuse("tool_choice", "tool calling is not supported")
+    if body.functions:
+        _refuse("functions", "legacy function calling is not supported; use tools")
     if body.audio is not None:
         _refuse("audio", "audio output is not supported")
     max_tokens = body.max_completion_tokens if body.max_completion_tokens is not None else body.max_tokens
@@ -277,7 +329,9 @@ def chat_request(body: ChatBody, request_id: str) -> inference_pb2.ChatRequest:
             found.append(("response_format", "json_schema", fmt.json_schema.schema_))
     _apply_structured(sp, found)
     messages = [_message(i, m) for i, m in enumerate(body.messages)]
-    return inference_pb2.ChatRequest(model=body.model, messages=messages, sampling_params=sp, request_id=request_id)
+    req = inference_pb2.ChatRequest(model=body.model, messages=messages, sampling_params=sp, request_id=request_id)
+    _tools(body, req)
+    return req
 
 
 def embed_request(body: EmbeddingBody, request_id: str) -> inference_pb2.EmbedRequest:
@@ -378,21 +432,71 @@ def completion_response(reply: inference_pb2.GenerateResponse, model: str, top_n
     }
 
 
-def chat_response(reply: inference_pb2.ChatResponse, model: str, top_n: int) -> dict[str, Any]:
+def tool_call_id() -> str:
+    """A new tool call id: ``call_`` and 24 random hex digits (OpenAI's ``call_...`` form)."""
+    return "call_" + secrets.token_hex(12)
+
+
+def forced_tool_calls(text: str, forced: str) -> list[dict[str, Any]] | None:
+    """The OpenAI ``tool_calls`` in a reply whose text structured output forced (``forced``:
+    ``"required"``, whose text is vLLM's ``[{"name", "parameters"}, ...]``, or a function
+    name, whose text is that function's arguments); None when the text is not that JSON
+    (cut by ``max_tokens``). Arguments are JSON text, as OpenAI sends them."""
+    try:
+        value = json.loads(text)
+    except (ValueError, RecursionError):
+        return None
+    if forced != "required":
+        calls = [(forced, value)] if isinstance(value, dict) else []
+    elif isinstance(value, list) and all(isinstance(c, dict) and isinstance(c.get("name"), str) for c in value):
+        calls = [(c["name"], c.get("parameters", {})) for c in value]
+    else:
+        calls = []
+    if not calls:
+        return None
+    return [
+        {
+            "id": tool_call_id(),
+            "type": "function",
+            "function": {"name": name, "arguments": json.dumps(arguments, ensure_ascii=False)},
+        }
+        for name, arguments in calls
+    ]
+
+
+def _tool_finish(forced: str, reason: str | None) -> str | None:
+    """vLLM's and OpenAI's finish reason for forced tool calls: ``tool_calls`` for
+    ``required`` (when the model stopped), ``stop`` for a named function."""
+    return "tool_calls" if forced == "required" and reason == "stop" else reason
+
+
+def chat_response(
+    reply: inference_pb2.ChatResponse, model: str, top_n: int, forced: str | None = None
+) -> dict[str, Any]:
+    """OpenAI's ``chat.completion``; with ``forced`` (``forced_tool``) each reply whose text
+    is the forced JSON becomes ``tool_calls`` with ``content: null``."""
+    choices = []
+    for o in reply.outputs:
+        message: dict[str, Any] = {"role": "assistant", "content": o.text}
+        reason = finish_reason(o.finish_reason)
+        calls = forced_tool_calls(o.text, forced) if forced is not None else None
+        if forced is not None and calls is not None:
+            message = {"role": "assistant", "content": None, "tool_calls": calls}
+            reason = _tool_finish(forced, reason)
+        choices.append(
+            {
+                "index": o.index,
+                "message": message,
+                "logprobs": chat_logprobs(o.token_ids, o.logprobs, top_n),
+                "finish_reason": reason,
+            }
+        )
     return {
         "id": f"chatcmpl-{reply.request_id}",
         "object": "chat.completion",
         "created": int(time.time()),
         "model": model,
-        "choices": [
-            {
-                "index": o.index,
-                "message": {"role": "assistant", "content": o.text},
-                "logprobs": chat_logprobs(o.token_ids, o.logprobs, top_n),
-                "finish_reason": finish_reason(o.finish_reason),
-            }
-            for o in reply.outputs
-        ],
+        "choices": choices,
         "usage": usage(reply.usage),
     }
 
@@ -416,8 +520,12 @@ class StreamChunks:
     chunks (``text_completion`` / ``chat.completion.chunk``), plus the usage chunk when
     ``stream_options.include_usage`` is set."""
 
-    def __init__(self, *, chat: bool, model: str, request_id: str, include_usage: bool, top_n: int) -> None:
+    def __init__(
+        self, *, chat: bool, model: str, request_id: str, include_usage: bool, top_n: int, forced: str | None = None
+    ) -> None:
         self.chat = chat
+        self.forced = forced
+        self._tool_text: dict[int, list[str]] = {}
         self.model = model
         self.id = f"{'chatcmpl' if chat else 'cmpl'}-{request_id}"
         self.created = int(time.time())
@@ -437,10 +545,83 @@ class StreamChunks:
             out["usage"] = usage_obj
         return out
 
+    def _tool_chunks(self, msg) -> list[dict[str, Any]]:
+        """Forced tool calls, streamed as OpenAI streams them once the index's JSON is
+        complete: per call a delta with ``index``, ``id``, ``type`` and ``function.name``
+        (``arguments`` empty), then one with the ``arguments``; then the finish reason in an
+        empty delta. Text that is not the forced JSON (cut by ``max_tokens``) is sent as
+        content."""
+        parts = self._tool_text.setdefault(msg.index, [])
+        if msg.text:
+            parts.append(msg.text)
+        if not msg.finish_reason:
+            return []
+        assert self.forced is not None
+        text = "".join(parts)
+        reason = finish_reason(msg.finish_reason)
+        calls = forced_tool_calls(text, self.forced)
+        started: dict[str, Any] = {"role": "assistant"}
+        if calls is None:
+            return [
+                self._chunk(
+                    [
+                        {
+                            "index": msg.index,
+                            "delta": {**started, "content": text},
+                            "logprobs": None,
+                            "finish_reason": reason,
+                        }
+                    ]
+                )
+            ]
+        out = []
+        for k, call in enumerate(calls):
+            function = call["function"]
+            head = {
+                "index": k,
+                "id": call["id"],
+                "type": "function",
+                "function": {"name": function["name"], "arguments": ""},
+            }
+            first = {**started, "content": None} if k == 0 else {}
+            out.append(
+                self._chunk(
+                    [
+                        {
+                            "index": msg.index,
+                            "delta": {**first, "tool_calls": [head]},
+                            "logprobs": None,
+                            "finish_reason": None,
+                        }
+                    ]
+                )
+            )
+            args = {"index": k, "function": {"arguments": function["arguments"]}}
+            out.append(
+                self._chunk(
+                    [{"index": msg.index, "delta": {"tool_calls": [args]}, "logprobs": None, "finish_reason": None}]
+                )
+            )
+        out.append(
+            self._chunk(
+                [
+                    {
+                        "index": msg.index,
+                        "delta": {},
+                        "logprobs": None,
+                        "finish_reason": _tool_finish(self.forced, reason),
+                    }
+                ]
+            )
+        )
+        return out
+
     def chunks(self, msg) -> list[dict[str, Any]]:
         out = []
         has_content = bool(msg.text or msg.token_ids or msg.finish_reason)
-        if has_content:
+        if has_content and self.chat and self.forced is not None:
+            out.extend(self._tool_chunks(msg))
+        elif has_content:
             reason = finish_reason(msg.finish_reason)
             if self.chat:
                 delta: dict[str, Any] = {"content": msg.text} if msg.text or not reason else {}

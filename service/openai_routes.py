@@ -58,6 +58,7 @@ from service.openai_mapping import (
     detokenize_request,
     embed_request,
     embedding_response,
+    forced_tool,
     tokenize_request,
     tokenize_response,
 )
@@ -504,10 +505,11 @@ class OpenAIRoutes:
                 )
                 top_n = (body.top_logprobs or 0) if isinstance(body, ChatBody) else (body.logprobs or 0)
                 proto: Any = chat_request(body, "") if isinstance(body, ChatBody) else completion_request(body, "")
+                forced = forced_tool(body) if isinstance(body, ChatBody) else None
                 if not body.stream:
                     if chat:
                         reply = await _unless_disconnected(request, self.ops.chat(proto, record))
-                        result = chat_response(reply, body.model, top_n)
+                        result = chat_response(reply, body.model, top_n, forced)
                     else:
                         reply = await _unless_disconnected(request, self.ops.generate(proto, record))
                         result = completion_response(reply, body.model, top_n)
@@ -519,6 +521,7 @@ class OpenAIRoutes:
                         request_id=record.request_id or "",
                         include_usage=include_usage,
                         top_n=top_n,
+                        forced=forced,
                     )
                     messages = self.ops.chat_stream(proto, record) if chat else self.ops.generate_stream(proto, record)
                     async for msg in messages:

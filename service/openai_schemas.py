@@ -21,7 +21,7 @@ as strictly, and applied by ``service.openai_mapping``:
 
 vLLM's removed ``guided_*`` fields and the ``structured_outputs`` options this server cannot
 honour are refused, naming the field to use instead. Any other unknown field is ignored, as
-vLLM's and OpenAI-compatible servers do. Fields this server cannot honour (tools, ``echo``,
+vLLM's and OpenAI-compatible servers do. Fields this server cannot honour (legacy ``functions``, ``echo``,
 ``suffix``, ``best_of`` > 1, audio) are refused by ``service.openai_mapping``, never silently
 dropped. Every string of a body, typed field or not, must be valid Unicode (``lone_surrogate``).
 """
@@ -109,6 +109,21 @@ class ContentPart(_Body):
     text: str | None = None
 
 
+class FunctionCall(_Body):
+    """A tool call's ``function``: the name and the arguments as JSON text."""
+
+    name: str
+    arguments: str
+
+
+class ToolCall(_Body):
+    """One entry of an assistant message's ``tool_calls``."""
+
+    id: str
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
 class ChatMessage(_Body):
     """One message of ``messages``. Which roles need ``content`` (all but an assistant
     message carrying ``tool_calls`` or ``function_call``) is checked by
@@ -117,8 +132,36 @@ class ChatMessage(_Body):
     role: Literal["developer", "system", "user", "assistant", "tool", "function"]
     content: str | list[ContentPart] | None = None
     name: str | None = None
-    tool_calls: list[Any] | None = None
+    tool_calls: list[ToolCall] | None = None
+    tool_call_id: str | None = None
     function_call: Any = None
+
+
+class FunctionDefinition(_Body):
+    """A tool's ``function``: ``name``, ``description``, ``parameters`` (a JSON Schema)."""
+
+    name: str
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+    strict: bool | None = None
+
+
+class ChatTool(_Body):
+    """One entry of ``tools`` (OpenAI's chat API: only type ``function``)."""
+
+    type: Literal["function"]
+    function: FunctionDefinition
+
+
+class NamedFunction(_Body):
+    name: str
+
+
+class NamedToolChoice(_Body):
+    """``tool_choice: {"type": "function", "function": {"name": ...}}``."""
+
+    type: Literal["function"]
+    function: NamedFunction
 
 
 class JsonSchemaFormat(_Body):
@@ -139,8 +182,9 @@ class ChatBody(_Sampling):
     top_logprobs: int | None = None
     max_completion_tokens: int | None = None
     response_format: ResponseFormat | None = None
-    tools: list[Any] | None = None
-    tool_choice: Any = None
+    tools: list[ChatTool] | None = None
+    tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
+    parallel_tool_calls: bool | None = None
     functions: list[Any] | None = None
     audio: Any = None
 

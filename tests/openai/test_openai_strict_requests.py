@@ -331,8 +331,8 @@ MESSAGES: dict[str, tuple[list[dict[str, Any]], str, str]] = {
             {"role": "user", "content": "hi"},
             {"role": "assistant", "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "f"}}]},
         ],
-        "messages[1].tool_calls",
-        "tool and function calling are not supported",
+        "messages[1].tool_calls[0].function.arguments",
+        "is required",
     ),
     "assistant-with-function-call": (
         [{"role": "user", "content": "hi"}, {"role": "assistant", "function_call": {"name": "f", "arguments": "{}"}}],

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18xinserve/v1/common.proto\x12\x0bxinserve.v1\"P\n\x05Usage\x12\x15\n\rprompt_tokens\x18\x01 \x01(\r\x12\x19\n\x11\x63ompletion_tokens\x18\x02 \x01(\r\x12\x15\n\rcached_tokens\x18\x03 \x01(\r\"V\n\x0cTokenLogprob\x12\x10\n\x08token_id\x18\x01 \x01(\x05\x12\x0f\n\x07logprob\x18\x02 \x01(\x02\x12\x0c\n\x04rank\x18\x03 \x01(\x05\x12\x15\n\rdecoded_token\x18\x04 \x01(\t\"A\n\x10PositionLogprobs\x12-\n\ncandidates\x18\x01 \x03(\x0b\x32\x19.xinserve.v1.TokenLogprob\"H\n\x0b\x43hatMessage\x12\x0c\n\x04role\x18\x01 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x02 \x01(\t\x12\x11\n\x04name\x18\x03 \x01(\tH\x00\x88\x01\x01\x42\x07\n\x05_name*\xd4\x01\n\x0c\x46inishReason\x12\x1d\n\x19\x46INISH_REASON_UNSPECIFIED\x10\x00\x12\x16\n\x12\x46INISH_REASON_STOP\x10\x01\x12\x1f\n\x1b\x46INISH_REASON_STOP_SEQUENCE\x10\x02\x12\x18\n\x14\x46INISH_REASON_LENGTH\x10\x03\x12\x1b\n\x17\x46INISH_REASON_CANCELLED\x10\x04\x12\x1c\n\x18\x46INISH_REASON_TIME_LIMIT\x10\x05\x12\x17\n\x13\x46INISH_REASON_ERROR\x10\x06\x42[\n\x0eio.xinserve.v1B\x0b\x43ommonProtoP\x01Z:github.com/xinserve/xinserve/gen/go/xinserve/v1;xinservev1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18xinserve/v1/common.proto\x12\x0bxinserve.v1\"P\n\x05Usage\x12\x15\n\rprompt_tokens\x18\x01 \x01(\r\x12\x19\n\x11\x63ompletion_tokens\x18\x02 \x01(\r\x12\x15\n\rcached_tokens\x18\x03 \x01(\r\"V\n\x0cTokenLogprob\x12\x10\n\x08token_id\x18\x01 \x01(\x05\x12\x0f\n\x07logprob\x18\x02 \x01(\x02\x12\x0c\n\x04rank\x18\x03 \x01(\x05\x12\x15\n\rdecoded_token\x18\x04 \x01(\t\"A\n\x10PositionLogprobs\x12-\n\ncandidates\x18\x01 \x03(\x0b\x32\x19.xinserve.v1.TokenLogprob\"\x9f\x01\n\x0b\x43hatMessage\x12\x0c\n\x04role\x18\x01 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x02 \x01(\t\x12\x11\n\x04name\x18\x03 \x01(\tH\x00\x88\x01\x01\x12)\n\ntool_calls\x18\x04 \x03(\x0b\x32\x15.xinserve.v1.ToolCall\x12\x19\n\x0ctool_call_id\x18\x05 \x01(\tH\x01\x88\x01\x01\x42\x07\n\x05_nameB\x0f\n\r_tool_call_id\"B\n\x04Tool\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x02 \x01(\t\x12\x17\n\x0fparameters_json\x18\x03 \x01(\t\"7\n\x08ToolCall\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x11\n\targuments\x18\x03 \x01(\t*\xd4\x01\n\x0c\x46inishReason\x12\x1d\n\x19\x46INISH_REASON_UNSPECIFIED\x10\x00\x12\x16\n\x12\x46INISH_REASON_STOP\x10\x01\x12\x1f\n\x1b\x46INISH_REASON_STOP_SEQUENCE\x10\x02\x12\x18\n\x14\x46INISH_REASON_LENGTH\x10\x03\x12\x1b\n\x17\x46INISH_REASON_CANCELLED\x10\x04\x12\x1c\n\x18\x46INISH_REASON_TIME_LIMIT\x10\x05\x12\x17\n\x13\x46INISH_REASON_ERROR\x10\x06\x42[\n\x0eio.xinserve.v1B\x0b\x43ommonProtoP\x01Z:github.com/xinserve/xinserve/gen/go/xinserve/v1;xinservev1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -32,14 +32,18 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'xinserve.v1.common_pb2', _g
 if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._loaded_options = None
   _globals['DESCRIPTOR']._serialized_options = b'\n\016io.xinserve.v1B\013CommonProtoP\001Z:github.com/xinserve/xinserve/gen/go/xinserve/v1;xinservev1'
-  _globals['_FINISHREASON']._serialized_start=353
-  _globals['_FINISHREASON']._serialized_end=565
+  _globals['_FINISHREASON']._serialized_start=566
+  _globals['_FINISHREASON']._serialized_end=778
   _globals['_USAGE']._serialized_start=41
   _globals['_USAGE']._serialized_end=121
   _globals['_TOKENLOGPROB']._serialized_start=123
   _globals['_TOKENLOGPROB']._serialized_end=209
   _globals['_POSITIONLOGPROBS']._serialized_start=211
   _globals['_POSITIONLOGPROBS']._serialized_end=276
-  _globals['_CHATMESSAGE']._serialized_start=278
-  _globals['_CHATMESSAGE']._serialized_end=350
+  _globals['_CHATMESSAGE']._serialized_start=279
+  _globals['_CHATMESSAGE']._serialized_end=438
+  _globals['_TOOL']._serialized_start=440
+  _globals['_TOOL']._serialized_end=506
+  _globals['_TOOLCALL']._serialized_start=508
+  _globals['_TOOLCALL']._serialized_end=563
 # @@protoc_insertion_point(module_scope)
