@@ -226,9 +226,7 @@ class SyslogShipper:
             timeout_s = self.settings.flush_timeout_s
         if self._up or self._buffer:
             await self.flush(timeout_s)
-        self._task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self._task
+        await _cancel_and_wait(self._task)
         self._task = None
         await self._disconnect()
         if self._buffer:
@@ -381,6 +379,20 @@ class SyslogShipper:
                 await self._on_state(state, detail)
             except Exception as exc:  # recording the event failed: the log's own policy applies
                 log.error("audit_syslog_event_not_recorded", state=state, error=type(exc).__name__)
+
+
+async def _cancel_and_wait(task: asyncio.Task[None]) -> None:
+    """Cancel ``task`` and wait until it has ended.
+
+    The cancellation is repeated while the task runs on: ``asyncio.wait_for`` before Python 3.12
+    drops a cancellation that arrives in the same loop iteration as its inner result (CPython
+    gh-86296), after which the task would wait for its next message forever.
+    """
+    while not task.done():
+        task.cancel()
+        await asyncio.wait({task}, timeout=0.5)
+    if not task.cancelled() and task.exception() is not None:
+        log.error("audit_syslog_shipper_failed", error=type(task.exception()).__name__)
 
 
 def _describe(exc: BaseException) -> str:

@@ -262,7 +262,7 @@ class CallCore:
             return
         record.completed = True
         self._observe(record, code, message)
-        if self.runtime.audit is not None:
+        if self.runtime.audit is not None and record.audited:
             await self.runtime.audit.record_call(record, code)
 
     def _observe(self, record: CallRecord, code: grpc.StatusCode, message: str | None) -> None:

@@ -39,12 +39,13 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
+from service.body_reception import receive_body
 from service.call_context import CallRecord
 from service.call_core import CallCore, Started, Transport
 from service.inference import Inference
+from service.login_throttle import peer_host
 from service.openai_errors import (
     METHOD_NOT_ALLOWED,
-    REQUEST_TIMEOUT,
     REQUEST_TOO_LARGE,
     UNSUPPORTED_MEDIA_TYPE,
     http_error,
@@ -140,42 +141,30 @@ def _finite_float(text: str) -> float:
     return value
 
 
-async def _read_body(request: Request, limit: int, timeout_s: float) -> bytes:
+async def _read_body(request: Request, limit: int, timeout_s: float, min_rate: int, grace_s: float) -> bytes:
     """The request body's bytes, at most ``limit``, received in full within ``timeout_s``
-    seconds. Nothing is read from a body not declared as JSON (its call is refused with 415).
+    seconds and at ``min_rate`` bytes per second after ``grace_s`` seconds
+    (``service.body_reception.receive_body``). Nothing is read from a body not declared as
+    JSON (its call is refused with 415).
 
     Raises:
         RpcError: RESOURCE_EXHAUSTED/REQUEST_TOO_LARGE (413), DEADLINE_EXCEEDED/REQUEST_TIMEOUT
-            (408) or CANCELLED/CLIENT_DISCONNECTED (the client went away while sending it).
+            or REQUEST_BODY_TOO_SLOW (408), or CANCELLED/CLIENT_DISCONNECTED (the client went
+            away while sending it).
     """
     try:
         _json_content_type(request)
     except RpcError:
         return b""
     declared = request.headers.get("content-length")
-    too_large = RpcError(
-        grpc.StatusCode.RESOURCE_EXHAUSTED, f"the request body exceeds {limit} bytes", REQUEST_TOO_LARGE
-    )
     if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise too_large
-    body = bytearray()
+        raise RpcError(grpc.StatusCode.RESOURCE_EXHAUSTED, f"the request body exceeds {limit} bytes", REQUEST_TOO_LARGE)
     try:
-        async with asyncio.timeout(timeout_s):
-            async for chunk in request.stream():
-                body += chunk
-                if len(body) > limit:
-                    raise too_large
-    except TimeoutError:
-        raise RpcError(
-            grpc.StatusCode.DEADLINE_EXCEEDED,
-            f"the request body was not received within {timeout_s:g} seconds",
-            REQUEST_TIMEOUT,
-        ) from None
+        return await receive_body(request.stream(), limit, timeout_s, min_rate, grace_s)
     except ClientDisconnect:
         raise RpcError(
             grpc.StatusCode.CANCELLED, "the client disconnected while sending the request body", "CLIENT_DISCONNECTED"
         ) from None
-    return bytes(body)
 
 
 def _parse_json(request: Request, body: bytes) -> Any:
@@ -332,16 +321,32 @@ class OpenAIRoutes:
 
     async def _receive(self, request: Request, started: Started) -> bytes | RpcError:
         """The body's bytes (``_read_body``), or the error that refuses the call: received
-        before the call is admitted, so waiting for a slow client holds no admission slot, and
-        counted by ``Admission.receiving`` (at most as many bodies as admission can hold, else
-        RESOURCE_EXHAUSTED, 429). Nothing is read for a caller whose identity was already
-        refused."""
+        before the call is admitted, so waiting for a slow client holds no admission slot, in
+        one of ``Runtime.body_reception``'s slots (bounded in all, per client address and per
+        identified principal, else RESOURCE_EXHAUSTED, 429). A refused body's call is audited
+        in aggregate (``BodyReception.refused``). Nothing is read for a caller whose identity
+        was already refused."""
         if started.refusal is not None:
             return b""
+        record = started.record
+        peer = peer_host(record.peer)
+        principal = record.principal.name if record.principal.auth_method != "anonymous" else None
+        limits = self.runtime.settings.limits
         try:
-            with self.runtime.admission.receiving():
-                return await _read_body(request, self.max_body, self.body_timeout_s)
+            with self.runtime.body_reception.slot(peer, principal):
+                return await _read_body(
+                    request,
+                    self.max_body,
+                    self.body_timeout_s,
+                    limits.http_body_min_rate_bytes_per_s,
+                    limits.http_body_rate_grace_s,
+                )
         except RpcError as err:
+            unaudited = self.runtime.body_reception.refused(peer, err.reason)
+            if unaudited is None:
+                record.audited = False
+            elif unaudited:
+                record.audit_detail["similar_refusals_not_audited"] = unaudited
             return err
 
     @staticmethod
