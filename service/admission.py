@@ -2,15 +2,15 @@
 
 Past both, a call is refused at once with RESOURCE_EXHAUSTED and a RetryInfo delay, so
 clients back off instead of piling up (the request path's last interceptor step). Request
-bodies the HTTP front end receives before admitting their calls are counted apart
-(``receiving``), bounded by as many as admission can hold.
+bodies the HTTP front end receives before admitting their calls are bounded apart
+(``service.body_reception``).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
 import grpc
 
@@ -27,7 +27,6 @@ class Admission:
         self._slots = asyncio.Semaphore(max_in_flight)
         self.in_flight = 0
         self.queued = 0
-        self.receiving_bodies = 0
 
     @asynccontextmanager
     async def admit(self) -> AsyncIterator[None]:
@@ -57,28 +56,3 @@ class Admission:
         finally:
             self.in_flight -= 1
             self._slots.release()
-
-    @contextmanager
-    def receiving(self) -> Iterator[None]:
-        """Count one request body being received before its call is admitted (the HTTP front
-        end reads a body first, so that a slow client holds no admission slot). At most
-        ``max_in_flight + max_queue`` bodies at once, as many calls as admission can hold, so
-        the memory of bodies buffered before admission stays bounded by that many times
-        ``limits.max_http_body_bytes``.
-
-        Raises:
-            RpcError: RESOURCE_EXHAUSTED (reason ``BODY_RECEPTION_FULL``) with RetryInfo when
-                that many bodies are being received.
-        """
-        if self.receiving_bodies >= self.max_in_flight + self.max_queue:
-            raise RpcError(
-                grpc.StatusCode.RESOURCE_EXHAUSTED,
-                f"server busy: {self.receiving_bodies} request bodies being received; retry later",
-                "BODY_RECEPTION_FULL",
-                retry_after_s=self.retry_after_s,
-            )
-        self.receiving_bodies += 1
-        try:
-            yield
-        finally:
-            self.receiving_bodies -= 1

@@ -73,6 +73,9 @@ class CallRecord:
     output_parts: dict[int, list[str]] = field(default_factory=dict)
     """Generated text per completion index, for the audit digest."""
     audit_detail: dict[str, str | int | bool] = field(default_factory=dict)
+    audited: bool = True
+    """False for a refusal counted in an aggregate instead of its own audit record
+    (``service.body_reception``): metrics and log line as always, no audit record."""
     completed: bool = False
     """Set once the call's outcome is recorded: a cancellation arriving later adds no second record."""
 

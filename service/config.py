@@ -282,6 +282,23 @@ class LimitsSettings(_Model):
     http_body_timeout_s: float = Field(default=30.0, gt=0, le=3600)
     """Seconds an OpenAI-compatible API request body may take to arrive in full (408 past it,
     connection closed); read before admission, so a slow body never holds an admission slot."""
+    max_http_bodies_per_peer: int = Field(default=32, ge=1)
+    """Request bodies being received at once from one client address, of the
+    ``admission.max_in_flight + admission.max_queue`` received at once in all (429 reason
+    ``body_reception_peer_share`` past it). Behind a gateway every body comes from the
+    gateway's address: raise it there."""
+    max_http_bodies_per_principal: int = Field(default=64, ge=1)
+    """Request bodies being received at once for one principal identified before its body (a
+    bearer token or client certificate; 429 ``body_reception_principal_share`` past it)."""
+    http_body_min_rate_bytes_per_s: int = Field(default=500, ge=0)
+    """Slowest upload accepted: a body must arrive within ``http_body_rate_grace_s`` plus one
+    second per this many bytes received (408 ``request_body_too_slow`` past it); 0 turns it off.
+    Apache httpd's ``mod_reqtimeout`` default is the same (``body=20,MinRate=500``)."""
+    http_body_rate_grace_s: float = Field(default=10.0, gt=0, le=3600)
+    """Seconds a body may take before the minimum upload rate applies."""
+    http_refusal_audit_interval_s: float = Field(default=60.0, gt=0, le=86400)
+    """Refused request bodies (429, 408, 413, client gone while sending) are audited once per
+    this many seconds per client address and reason; the record counts those not audited."""
     max_http_header_bytes: int = Field(default=64 * 1024, ge=1024, le=16 * 1024 * 1024)
     """Largest OpenAI-compatible API request head (request line and headers together), checked
     before authentication: 431 past it, connection closed."""

@@ -51,6 +51,17 @@ INTER_TOKEN_LATENCY = Histogram(
 )
 PROMPT_TOKENS = Counter("xinserve_prompt_tokens", "Prompt tokens processed, by model.", ["model"])
 GENERATION_TOKENS = Counter("xinserve_generation_tokens", "Tokens generated, by model.", ["model"])
+HTTP_BODIES_RECEIVING = Gauge(
+    "xinserve_http_bodies_receiving",
+    "OpenAI HTTP request bodies being received before their calls are admitted.",
+)
+HTTP_BODY_REFUSALS = Counter(
+    "xinserve_http_body_refusals",
+    "OpenAI HTTP request bodies refused while or before being received, by reason (the ErrorInfo reason "
+    "in lower case): body_reception_full, body_reception_peer_share, body_reception_principal_share (429), "
+    "request_timeout, request_body_too_slow (408), request_too_large (413), client_disconnected.",
+    ["reason"],
+)
 IN_FLIGHT = Gauge("xinserve_in_flight_requests", "Inference calls admitted and running.")
 QUEUE_LENGTH = Gauge("xinserve_queue_length", "Inference calls waiting for admission.")
 

@@ -41,6 +41,10 @@ UNSUPPORTED_MEDIA_TYPE = "UNSUPPORTED_MEDIA_TYPE"
 REQUEST_TIMEOUT = "REQUEST_TIMEOUT"
 """``ErrorInfo`` reason of a request body not received within ``limits.http_body_timeout_s``
 (DEADLINE_EXCEEDED, HTTP 408 as RFC 9110 section 15.5.9 defines it)."""
+REQUEST_BODY_TOO_SLOW = "REQUEST_BODY_TOO_SLOW"
+"""``ErrorInfo`` reason of a request body arriving slower than
+``limits.http_body_min_rate_bytes_per_s`` after ``limits.http_body_rate_grace_s`` (DEADLINE_EXCEEDED,
+HTTP 408)."""
 
 
 def http_error(err: RpcError, *, chat: bool = False) -> tuple[int, dict[str, Any], dict[str, str]]:
@@ -52,7 +56,7 @@ def http_error(err: RpcError, *, chat: bool = False) -> tuple[int, dict[str, Any
         status, kind = 405, "invalid_request_error"
     elif err.reason == UNSUPPORTED_MEDIA_TYPE:
         status, kind = 415, "invalid_request_error"
-    elif err.reason == REQUEST_TIMEOUT:
+    elif err.reason in (REQUEST_TIMEOUT, REQUEST_BODY_TOO_SLOW):
         status, kind = 408, "invalid_request_error"
     param = openai_param(err.violations[0].field, chat) if err.violations else None
     message = err.message

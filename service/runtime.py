@@ -25,6 +25,7 @@ from engine_backends.errors import EngineError
 from engine_backends.protocol import Engine, ModelKind
 from service.admission import Admission
 from service.audit_trail import AuditTrail
+from service.body_reception import BodyReception
 from service.config import Settings
 from service.logs import get_logger
 from service.status import RpcError, not_found
@@ -121,6 +122,13 @@ class Runtime:
             settings.admission.max_in_flight,
             settings.admission.max_queue,
             settings.admission.retry_after_ms / 1000,
+        )
+        self.body_reception = BodyReception(
+            settings.admission.max_in_flight + settings.admission.max_queue,
+            settings.limits.max_http_bodies_per_peer,
+            settings.limits.max_http_bodies_per_principal,
+            settings.admission.retry_after_ms / 1000,
+            settings.limits.http_refusal_audit_interval_s,
         )
         self.draining = False
         # request id -> (engine running it, principal that started it)
