@@ -6,7 +6,9 @@ function call (profile event ``call``, which includes each resumption of a gener
 coroutine) and every C function call (``c_call``) made while a frame of the server's code
 (``service/``, ``engine_backends/``) is on the stack. Work the event loop does outside the
 server's frames (asyncio's scheduling, grpc.aio's Cython callbacks, the audit log's
-committer) is not counted: how much of it runs depends on timing, this does not.
+committer) is not counted: how much of it runs depends on timing, this does not. Nor is work in
+asyncio tasks that already ran when counting began (servers that earlier tests left on the
+session's event loop, periodic ticks): only the call's own tasks count.
 
 ``StreamEngine`` is an ``Engine`` that generates ``tokens`` tokens without vLLM: one update
 per token when streaming (as vLLM's DELTA output when the consumer keeps up), one final
@@ -63,6 +65,7 @@ class CallCounter:
     def __init__(self, roots: tuple[str, ...] = SERVER_CODE) -> None:
         self._roots = roots
         self._ours: dict[Any, bool] = {}
+        self._earlier_tasks: set[asyncio.Task[Any]] = set()
         self.calls = 0
         self.by_function: Counter[str] = Counter()
 
@@ -82,6 +85,9 @@ class CallCounter:
             f = f.f_back
         else:
             return
+        task = asyncio.current_task()
+        if task is None or task in self._earlier_tasks:
+            return
         self.calls += 1
         if event == "call":
             code = frame.f_code
@@ -92,6 +98,7 @@ class CallCounter:
 
     @contextmanager
     def counting(self) -> Iterator[None]:
+        self._earlier_tasks = asyncio.all_tasks()
         previous = sys.getprofile()
         sys.setprofile(self._profile)
         try:
