@@ -85,7 +85,7 @@ def export_jsonl(store: Store, flt: QueryFilter, out: IO[str]) -> int:
 
 def format_time_ms(ms: int) -> str:
     """RFC 3339 UTC with milliseconds: ``2026-01-31T08:00:00.123Z``."""
-    t = dt.datetime.fromtimestamp(ms / 1000, tz=dt.UTC)
+    t = dt.datetime.fromtimestamp(ms / 1000, tz=dt.timezone.utc)
     return t.strftime("%Y-%m-%dT%H:%M:%S.") + f"{ms % 1000:03d}Z"
 
 
@@ -104,7 +104,7 @@ def parse_time_ms(text: str) -> int:
         except ValueError:
             raise AuditConfigError(f"not a time: {text!r} (use ISO 8601 or epoch milliseconds)") from None
         if t.tzinfo is None:
-            t = t.replace(tzinfo=dt.UTC)
+            t = t.replace(tzinfo=dt.timezone.utc)
         ms = int(t.timestamp() * 1000)
     if not 0 <= ms <= MAX_SAFE_INT:
         raise AuditConfigError(

@@ -79,7 +79,7 @@ def _sd_escape(value: str) -> str:
 
 def format_rfc5424(msg: _Message, *, facility: int, hostname: str, app_name: str, procid: str) -> bytes:
     """``<PRI>1 TIMESTAMP HOSTNAME APP-NAME PROCID MSGID [SD] MSG`` (RFC 5424 section 6)."""
-    ts = datetime.datetime.fromtimestamp(msg.time_ms / 1000, datetime.UTC).isoformat(timespec="milliseconds")
+    ts = datetime.datetime.fromtimestamp(msg.time_ms / 1000, datetime.timezone.utc).isoformat(timespec="milliseconds")
     ts = ts.replace("+00:00", "Z")
     params = " ".join(f'{k}="{_sd_escape(v)}"' for k, v in msg.sd.items())
     sd = f"[{SD_ID} {params}]" if params else "-"
@@ -226,9 +226,7 @@ class SyslogShipper:
             timeout_s = self.settings.flush_timeout_s
         if self._up or self._buffer:
             await self.flush(timeout_s)
-        self._task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self._task
+        await _cancel_and_wait(self._task)
         self._task = None
         await self._disconnect()
         if self._buffer:
@@ -250,7 +248,7 @@ class SyslogShipper:
             if self._writer is None:
                 try:
                     await self._connect()
-                except (OSError, ssl.SSLError, TimeoutError) as exc:
+                except (OSError, ssl.SSLError, asyncio.TimeoutError) as exc:
                     await self._went_down(exc)
                     await asyncio.sleep(retry)
                     continue
@@ -265,7 +263,7 @@ class SyslogShipper:
             try:
                 writer.write(frame)
                 await asyncio.wait_for(writer.drain(), self.settings.connect_timeout_s * 4)
-            except (OSError, ssl.SSLError, TimeoutError, ConnectionError) as exc:
+            except (OSError, ssl.SSLError, asyncio.TimeoutError, ConnectionError) as exc:
                 await self._lost_connection(exc)
                 await asyncio.sleep(retry)
                 continue
@@ -383,8 +381,22 @@ class SyslogShipper:
                 log.error("audit_syslog_event_not_recorded", state=state, error=type(exc).__name__)
 
 
+async def _cancel_and_wait(task: asyncio.Task[None]) -> None:
+    """Cancel ``task`` and wait until it has ended.
+
+    The cancellation is repeated while the task runs on: ``asyncio.wait_for`` before Python 3.12
+    drops a cancellation that arrives in the same loop iteration as its inner result (CPython
+    gh-86296), after which the task would wait for its next message forever.
+    """
+    while not task.done():
+        task.cancel()
+        await asyncio.wait({task}, timeout=0.5)
+    if not task.cancelled() and task.exception() is not None:
+        log.error("audit_syslog_shipper_failed", error=type(task.exception()).__name__)
+
+
 def _describe(exc: BaseException) -> str:
-    if isinstance(exc, TimeoutError):
+    if isinstance(exc, (TimeoutError, asyncio.TimeoutError)):
         return "timed out"
     if isinstance(exc, ssl.SSLError):
         return f"TLS: {exc.reason or type(exc).__name__}"

@@ -96,5 +96,5 @@ def verify_timestamp(token: bytes, payload: bytes, roots: Sequence[Any]) -> int:
         raise TimestampError(f"the time-stamp token does not verify ({exc})") from None
     gen = response.tst_info.gen_time
     if gen.tzinfo is None:
-        gen = gen.replace(tzinfo=datetime.UTC)
+        gen = gen.replace(tzinfo=datetime.timezone.utc)
     return int(gen.timestamp() * 1000)

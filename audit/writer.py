@@ -184,6 +184,10 @@ class LogCore:
                     return
                 try:
                     result = await loop.run_in_executor(self._executor, self._call_sync, item.payload)
+                except asyncio.CancelledError:  # the writer task is stopping: so is the caller's wait
+                    if not item.future.done():
+                        item.future.cancel()
+                    raise
                 except BaseException as exc:  # delivered to the caller
                     if not item.future.done():
                         item.future.set_exception(exc)

@@ -85,7 +85,10 @@ def load_token_file(path: Path, known_roles: Iterable[str] = KNOWN_ROLES) -> lis
         not_after = None
         if len(parts) > 2 and parts[-1].startswith("not_after="):
             try:
-                not_after = datetime.datetime.fromisoformat(parts.pop().removeprefix("not_after="))
+                text = parts.pop().removeprefix("not_after=")
+                # RFC 3339 "Z": Python 3.10's fromisoformat takes only "+00:00".
+                text = text[:-1] + "+00:00" if text[-1:] in ("Z", "z") else text
+                not_after = datetime.datetime.fromisoformat(text)
             except ValueError:
                 raise TokenFileError(f"{path}:{number}: not_after must be an RFC 3339 time") from None
             if not_after.tzinfo is None:
@@ -178,7 +181,7 @@ class Authenticator:
                     match = entry
             if match is None:
                 raise AuthenticationFailed("invalid bearer token")
-            if match.not_after is not None and datetime.datetime.now(datetime.UTC) >= match.not_after:
+            if match.not_after is not None and datetime.datetime.now(datetime.timezone.utc) >= match.not_after:
                 raise AuthenticationFailed("the bearer token has expired", match.principal)
             cert = _client_certificate(auth_context)
             if cert is None:

@@ -19,6 +19,7 @@ transport's request, metadata, cancellation and errors into these and back, noth
 from __future__ import annotations
 
 import asyncio
+import sys
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
@@ -191,7 +192,8 @@ class CallCore:
                 # Stopped by the server at the end of the drain grace: the client is still
                 # there and gets UNAVAILABLE with the DRAINING reason.
                 self._stopping.discard(task)
-                task.uncancel()
+                if sys.version_info >= (3, 11):  # 3.10 counts no cancellations
+                    task.uncancel()
                 err = await self._failed(record, _stopped_by_drain())
             except GeneratorExit:
                 await stack.aclose()

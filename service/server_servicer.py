@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import importlib.metadata
 
+from audit.config import AuditSettings
 from service.attestation_servicer import tee_status
 from service.device_monitor import device_message, ensure_monitor
 from service.runtime import Runtime
@@ -12,21 +13,33 @@ from service.status import not_found
 from xinserve.v1 import server_pb2, server_pb2_grpc
 
 # Revision of the xinserve.v1 contract implemented here; bump on every additive change.
-SCHEMA_REVISION = 2
+SCHEMA_REVISION = 3
 # The contract at each revision: SHA-256 of protoc's FileDescriptorSet of proto/xinserve/v1
 # (files in byte order of their paths, no source info, so comments do not count). A change
 # to proto/ fails tests/server/test_schema_revision.py until the revision is bumped and the
 # new digest recorded under it. Revision 2: Device fields and DeviceHealth, attestation and
-# audit services, ChatRequest.allow_special_tokens, model/LoRA status fields.
+# audit services, ChatRequest.allow_special_tokens, model/LoRA status fields. Revision 3:
+# GetServerInfoResponse.audit (AuditStatus); chat tools, tool_choice and tool calls.
 SCHEMA_DESCRIPTOR_SHA256 = {
     1: "1fed430721a022c611bf60fcec6396dccdc3f9c02e95debda70fb780ee008fe1",
     2: "0ffe0ab2ac81405b8a31a0987423c96674b39f1efd9aa620a2c8b7ba69a5a9b0",
+    3: "88780c7d64ef6de6a11201f04a02b30064e98b25db3ca96838089cb95c1fbd27",
 }
 # Oldest client revision still served correctly.
 MIN_CLIENT_REVISION = 1
 # How long GetServerInfo waits for the device inventory's first reading after start (the
 # reading itself runs in the monitor's thread, never on the request path).
 _FIRST_READING_WAIT_SECONDS = 15.0
+
+
+def audit_status(audit: AuditSettings) -> server_pb2.AuditStatus:
+    """The audit log's off-host anchor as GetServerInfo reports it (``AuditSettings.anchor_posture``)."""
+    posture = audit.anchor_posture
+    return server_pb2.AuditStatus(
+        anchor=posture,
+        anchor_waiver=(audit.anchor_waiver or "") if posture == "waived" else "",
+        require_anchor=audit.require_anchor,
+    )
 
 
 def server_version() -> str:
@@ -75,6 +88,7 @@ class ServerServicer(server_pb2_grpc.ServerServiceServicer):
             devices=[device_message(d, read_at) for d in devices],
             capabilities=caps,
             tee=tee_status(self._rt),
+            audit=audit_status(self._rt.settings.audit),
         )
 
     async def GetLoad(self, request, context):

@@ -32,7 +32,7 @@ import re
 import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -58,11 +58,11 @@ def _parse_time(value: Any, what: str) -> datetime | None:
         raise TrustStoreError(f"{what} is not an RFC 3339 time: {value!r}") from None
     if t.tzinfo is None:
         raise TrustStoreError(f"{what} must carry a time zone (e.g. Z)")
-    return t.astimezone(UTC)
+    return t.astimezone(timezone.utc)
 
 
 def _fmt_time(t: datetime | None) -> str | None:
-    return None if t is None else t.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return None if t is None else t.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 @dataclass(frozen=True)
@@ -191,9 +191,9 @@ class TrustStore:
         tk = self.keys.get(key_id)
         if tk is None:
             raise VerificationError(Reason.UNTRUSTED_KEY, f"key {key_id[:16]} is not in the trust store")
-        now = now or datetime.now(UTC)
+        now = now or datetime.now(timezone.utc)
         if now.tzinfo is None:  # a naive time is taken as UTC rather than crashing the comparison
-            now = now.replace(tzinfo=UTC)
+            now = now.replace(tzinfo=timezone.utc)
         if tk.not_before and now < tk.not_before:
             raise VerificationError(Reason.KEY_NOT_YET_VALID, f"key {tk.name} is valid from {_fmt_time(tk.not_before)}")
         if tk.not_after and now >= tk.not_after:
@@ -298,5 +298,5 @@ def revoke_key(directory: str | os.PathLike[str], key_id: str, reason: str = "")
         raise TrustStoreError(f"trust store {root} is not a directory")
     if any(r.get("key_id") == key_id for r in doc.setdefault("revoked", [])):
         return
-    doc["revoked"].append({"key_id": key_id, "reason": reason, "revoked_at": _fmt_time(datetime.now(UTC))})
+    doc["revoked"].append({"key_id": key_id, "reason": reason, "revoked_at": _fmt_time(datetime.now(timezone.utc))})
     _write_index(root, doc)

@@ -408,7 +408,7 @@ async def test_a_collector_restart_loses_no_anchor(sqlite_backend: Backend, key,
     try:
         for i in range(20):
             await log.append(make(i))
-        rs.wait_for(lambda ls: 20 in record_seqs(ls))
+        await wait_until(lambda: 20 in record_seqs(rs.lines()))  # the shipper runs on this loop
         rs.stop()
         await wait_until(lambda: log.shipper is not None and not log.shipper.connected)
         for i in range(20, 40):

@@ -1,7 +1,8 @@
 """The production posture of the audit log: ``audit.require_anchor`` refuses a start without an
 off-host anchor (``audit.syslog``) unless ``audit.anchor_waiver`` names a reason; the posture is
 in the ``start`` record and the audit log's health detail, and a start without an anchor logs a
-warning. Real ``xinserve serve`` (refusal) and a real in-process server start (no engine)."""
+warning; GetServerInfo reports it. Real ``xinserve serve`` (refusal) and a real in-process
+server start (no engine) called over gRPC."""
 
 from __future__ import annotations
 
@@ -11,12 +12,15 @@ import subprocess
 import sys
 from pathlib import Path
 
+import grpc
 import pytest
 
 from audit import QueryFilter, decode_record
 from service.app import Server
 from service.config import ConfigError, load_settings
 from tests.conftest import REPO
+from tests.server.stubs import stubs
+from xinserve.v1 import server_pb2
 
 ASYNC = pytest.mark.asyncio(loop_scope="session")
 REASON = "collector ordered, ticket OPS-42"
@@ -55,7 +59,7 @@ def test_posture_from_the_settings(tmp_path: Path) -> None:
         posture({"require_anchor": True, "anchor_waiver": ""})
 
 
-async def _start_record_and_health(tmp_path: Path, audit: dict) -> tuple[dict, dict]:
+async def _start_record_and_health(tmp_path: Path, audit: dict) -> tuple[dict, dict, server_pb2.AuditStatus]:
     model = tmp_path / "model"
     model.mkdir(exist_ok=True)
     settings = load_settings(
@@ -72,26 +76,31 @@ async def _start_record_and_health(tmp_path: Path, audit: dict) -> tuple[dict, d
         assert server.runtime.audit is not None
         health = server.runtime.audit.log.health_detail()
         rows = await server.runtime.audit.log.query(QueryFilter(event="start"))
+        port = next(iter(server.frontend.ports.values()))
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            info = await stubs(channel).server.GetServerInfo(server_pb2.GetServerInfoRequest())
     finally:
         await server.frontend.stop(0)
         await server.runtime.audit.close()
-    return decode_record(rows[-1].body)[2].detail, health
+    return decode_record(rows[-1].body)[2].detail, health, info.audit
 
 
 @ASYNC
 async def test_a_waived_anchor_is_recorded_at_start_and_in_the_health_detail(tmp_path: Path, capsys) -> None:
-    detail, health = await _start_record_and_health(tmp_path, {"require_anchor": True, "anchor_waiver": REASON})
+    detail, health, info = await _start_record_and_health(tmp_path, {"require_anchor": True, "anchor_waiver": REASON})
     assert detail["audit_anchor"] == "waived" and detail["anchor_waiver"] == REASON
     assert health["anchor"] == "waived" and health["anchor_waiver"] == REASON
+    assert (info.anchor, info.anchor_waiver, info.require_anchor) == ("waived", REASON, True)
     err = capsys.readouterr()
     assert "AUDIT_LOG_WITHOUT_OFF_HOST_ANCHOR" in err.out + err.err
 
 
 @ASYNC
 async def test_the_default_start_records_no_anchor_and_warns(tmp_path: Path, capsys) -> None:
-    detail, health = await _start_record_and_health(tmp_path, {})
+    detail, health, info = await _start_record_and_health(tmp_path, {})
     assert detail["audit_anchor"] == "none" and "anchor_waiver" not in detail
     assert health["anchor"] == "none" and "anchor_waiver" not in health
+    assert (info.anchor, info.anchor_waiver, info.require_anchor) == ("none", "", False)
     err = capsys.readouterr()
     logged = err.out + err.err
     assert "AUDIT_LOG_WITHOUT_OFF_HOST_ANCHOR" in logged and "audit.require_anchor" in logged

@@ -11,7 +11,6 @@ from service.auth import AuthenticationFailed, Authenticator, TokenFileError, ha
 from service.login_throttle import LoginThrottle, peer_host
 from service.status import RpcError
 from tests.conftest import TINY
-from tests.server.frontends import extra_frontend
 from tests.server.stubs import detail_of, stubs
 from xinserve.v1 import inference_pb2
 
@@ -70,6 +69,8 @@ def test_token_not_after(tmp_path):
 
 @pytest.mark.asyncio(loop_scope="session")
 async def test_wrong_tokens_lock_the_peer_out(live_server, tmp_path):
+    from tests.server.frontends import extra_frontend  # needs vLLM; the tests above run without it
+
     tokens = tmp_path / "tokens"
     tokens.write_text(f"svc {hash_token(GOOD)} user\n")
     tokens.chmod(0o600)  # a group- or world-readable token file is refused

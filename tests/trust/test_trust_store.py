@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
@@ -23,7 +23,7 @@ def test_plain_pem_directory(tmp_path: Path, key: Sm2PrivateKey, other_key: Sm2P
 
 
 def test_index_with_windows_and_revocations(tmp_path: Path, key: Sm2PrivateKey, other_key: Sm2PrivateKey) -> None:
-    now = datetime.now(UTC)
+    now = datetime.now(timezone.utc)
     add_trusted_key(tmp_path, key.public_key(), "old", not_after=now + timedelta(days=30))
     add_trusted_key(tmp_path, other_key.public_key(), "new", not_before=now - timedelta(days=1))
     store = TrustStore.load(tmp_path)
@@ -98,7 +98,8 @@ def test_bad_key_file_and_missing_store(tmp_path: Path) -> None:
 def test_naive_now_is_taken_as_utc(key: Sm2PrivateKey) -> None:
     from trust.trust_store import TrustedKey
 
-    store = TrustStore.from_keys([TrustedKey("k", key.public_key(), not_after=datetime(2030, 1, 1, tzinfo=UTC))])
+    not_after = datetime(2030, 1, 1, tzinfo=timezone.utc)
+    store = TrustStore.from_keys([TrustedKey("k", key.public_key(), not_after=not_after)])
     assert store.check(key.public_key().key_id, datetime(2029, 12, 31)).name == "k"
     with pytest.raises(VerificationError):
         store.check(key.public_key().key_id, datetime(2030, 1, 2))

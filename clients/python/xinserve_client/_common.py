@@ -28,7 +28,7 @@ __all__ = [
 ]
 
 CLIENT_VERSION = "0.1.0"
-SCHEMA_REVISION = 2
+SCHEMA_REVISION = 3
 """Revision of the xinserve.v1 contract this client was built against (GetServerInfo compares)."""
 MiB = 1024 * 1024
 

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from xinserve.v1 import attestation_pb2 as xinserve_dot_v1_dot_attestation__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18xinserve/v1/server.proto\x12\x0bxinserve.v1\x1a\x1dxinserve/v1/attestation.proto\"\xc5\x03\n\x06\x44\x65vice\x12\x0c\n\x04kind\x18\x01 \x01(\t\x12\r\n\x05index\x18\x02 \x01(\r\x12\x0c\n\x04name\x18\x03 \x01(\t\x12\x1f\n\x12memory_total_bytes\x18\x04 \x01(\x04H\x00\x88\x01\x01\x12\x1e\n\x11memory_used_bytes\x18\x05 \x01(\x04H\x01\x88\x01\x01\x12\x1e\n\x11utilization_ratio\x18\x06 \x01(\x01H\x02\x88\x01\x01\x12 \n\x13temperature_celsius\x18\x07 \x01(\x01H\x03\x88\x01\x01\x12\x18\n\x0bpower_watts\x18\x08 \x01(\x01H\x04\x88\x01\x01\x12)\n\x06health\x18\t \x01(\x0e\x32\x19.xinserve.v1.DeviceHealth\x12\x16\n\x0e\x64river_version\x18\n \x01(\t\x12\x18\n\x10\x66irmware_version\x18\x0b \x01(\t\x12\r\n\x05\x65rror\x18\x0c \x01(\t\x12\x1c\n\x14read_at_unix_seconds\x18\r \x01(\x01\x42\x15\n\x13_memory_total_bytesB\x14\n\x12_memory_used_bytesB\x14\n\x12_utilization_ratioB\x16\n\x14_temperature_celsiusB\x0e\n\x0c_power_watts\"\xd3\x01\n\x0c\x43\x61pabilities\x12\x42\n\x17structured_output_modes\x18\x01 \x03(\x0e\x32!.xinserve.v1.StructuredOutputMode\x12\x14\n\x0cmax_logprobs\x18\x02 \x01(\r\x12\x0c\n\x04lora\x18\x03 \x01(\x08\x12\x16\n\x0eprefix_caching\x18\x04 \x01(\x08\x12\r\n\x05max_n\x18\x05 \x01(\r\x12\x1a\n\x12max_stop_sequences\x18\x06 \x01(\r\x12\x18\n\x10max_embed_inputs\x18\x07 \x01(\r\"\x16\n\x14GetServerInfoRequest\"\x8b\x02\n\x15GetServerInfoResponse\x12\x16\n\x0eserver_version\x18\x01 \x01(\t\x12\x17\n\x0fschema_revision\x18\x02 \x01(\r\x12\x1b\n\x13min_client_revision\x18\x03 \x01(\r\x12\x0f\n\x07\x62\x61\x63kend\x18\x04 \x01(\t\x12\x17\n\x0f\x62\x61\x63kend_version\x18\x05 \x01(\t\x12$\n\x07\x64\x65vices\x18\x06 \x03(\x0b\x32\x13.xinserve.v1.Device\x12/\n\x0c\x63\x61pabilities\x18\x07 \x01(\x0b\x32\x19.xinserve.v1.Capabilities\x12#\n\x03tee\x18\x08 \x01(\x0b\x32\x16.xinserve.v1.TeeStatus\"\x1f\n\x0eGetLoadRequest\x12\r\n\x05model\x18\x01 \x01(\t\"n\n\x0fGetLoadResponse\x12\x0f\n\x07running\x18\x01 \x01(\r\x12\x0f\n\x07waiting\x18\x02 \x01(\r\x12\x16\n\x0ekv_cache_usage\x18\x03 \x01(\x02\x12\x11\n\tin_flight\x18\x04 \x01(\r\x12\x0e\n\x06queued\x18\x05 \x01(\r*\xf7\x01\n\x14StructuredOutputMode\x12&\n\"STRUCTURED_OUTPUT_MODE_UNSPECIFIED\x10\x00\x12&\n\"STRUCTURED_OUTPUT_MODE_JSON_SCHEMA\x10\x01\x12 \n\x1cSTRUCTURED_OUTPUT_MODE_REGEX\x10\x02\x12!\n\x1dSTRUCTURED_OUTPUT_MODE_CHOICE\x10\x03\x12\"\n\x1eSTRUCTURED_OUTPUT_MODE_GRAMMAR\x10\x04\x12&\n\"STRUCTURED_OUTPUT_MODE_JSON_OBJECT\x10\x05*\x96\x01\n\x0c\x44\x65viceHealth\x12\x1d\n\x19\x44\x45VICE_HEALTH_UNSPECIFIED\x10\x00\x12\x14\n\x10\x44\x45VICE_HEALTH_OK\x10\x01\x12\x19\n\x15\x44\x45VICE_HEALTH_WARNING\x10\x02\x12\x1a\n\x16\x44\x45VICE_HEALTH_CRITICAL\x10\x03\x12\x1a\n\x16\x44\x45VICE_HEALTH_DEGRADED\x10\x04\x32\xad\x01\n\rServerService\x12V\n\rGetServerInfo\x12!.xinserve.v1.GetServerInfoRequest\x1a\".xinserve.v1.GetServerInfoResponse\x12\x44\n\x07GetLoad\x12\x1b.xinserve.v1.GetLoadRequest\x1a\x1c.xinserve.v1.GetLoadResponseB[\n\x0eio.xinserve.v1B\x0bServerProtoP\x01Z:github.com/xinserve/xinserve/gen/go/xinserve/v1;xinservev1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18xinserve/v1/server.proto\x12\x0bxinserve.v1\x1a\x1dxinserve/v1/attestation.proto\"\xc5\x03\n\x06\x44\x65vice\x12\x0c\n\x04kind\x18\x01 \x01(\t\x12\r\n\x05index\x18\x02 \x01(\r\x12\x0c\n\x04name\x18\x03 \x01(\t\x12\x1f\n\x12memory_total_bytes\x18\x04 \x01(\x04H\x00\x88\x01\x01\x12\x1e\n\x11memory_used_bytes\x18\x05 \x01(\x04H\x01\x88\x01\x01\x12\x1e\n\x11utilization_ratio\x18\x06 \x01(\x01H\x02\x88\x01\x01\x12 \n\x13temperature_celsius\x18\x07 \x01(\x01H\x03\x88\x01\x01\x12\x18\n\x0bpower_watts\x18\x08 \x01(\x01H\x04\x88\x01\x01\x12)\n\x06health\x18\t \x01(\x0e\x32\x19.xinserve.v1.DeviceHealth\x12\x16\n\x0e\x64river_version\x18\n \x01(\t\x12\x18\n\x10\x66irmware_version\x18\x0b \x01(\t\x12\r\n\x05\x65rror\x18\x0c \x01(\t\x12\x1c\n\x14read_at_unix_seconds\x18\r \x01(\x01\x42\x15\n\x13_memory_total_bytesB\x14\n\x12_memory_used_bytesB\x14\n\x12_utilization_ratioB\x16\n\x14_temperature_celsiusB\x0e\n\x0c_power_watts\"\xd3\x01\n\x0c\x43\x61pabilities\x12\x42\n\x17structured_output_modes\x18\x01 \x03(\x0e\x32!.xinserve.v1.StructuredOutputMode\x12\x14\n\x0cmax_logprobs\x18\x02 \x01(\r\x12\x0c\n\x04lora\x18\x03 \x01(\x08\x12\x16\n\x0eprefix_caching\x18\x04 \x01(\x08\x12\r\n\x05max_n\x18\x05 \x01(\r\x12\x1a\n\x12max_stop_sequences\x18\x06 \x01(\r\x12\x18\n\x10max_embed_inputs\x18\x07 \x01(\r\"\x16\n\x14GetServerInfoRequest\"\xb4\x02\n\x15GetServerInfoResponse\x12\x16\n\x0eserver_version\x18\x01 \x01(\t\x12\x17\n\x0fschema_revision\x18\x02 \x01(\r\x12\x1b\n\x13min_client_revision\x18\x03 \x01(\r\x12\x0f\n\x07\x62\x61\x63kend\x18\x04 \x01(\t\x12\x17\n\x0f\x62\x61\x63kend_version\x18\x05 \x01(\t\x12$\n\x07\x64\x65vices\x18\x06 \x03(\x0b\x32\x13.xinserve.v1.Device\x12/\n\x0c\x63\x61pabilities\x18\x07 \x01(\x0b\x32\x19.xinserve.v1.Capabilities\x12#\n\x03tee\x18\x08 \x01(\x0b\x32\x16.xinserve.v1.TeeStatus\x12\'\n\x05\x61udit\x18\t \x01(\x0b\x32\x18.xinserve.v1.AuditStatus\"L\n\x0b\x41uditStatus\x12\x0e\n\x06\x61nchor\x18\x01 \x01(\t\x12\x15\n\ranchor_waiver\x18\x02 \x01(\t\x12\x16\n\x0erequire_anchor\x18\x03 \x01(\x08\"\x1f\n\x0eGetLoadRequest\x12\r\n\x05model\x18\x01 \x01(\t\"n\n\x0fGetLoadResponse\x12\x0f\n\x07running\x18\x01 \x01(\r\x12\x0f\n\x07waiting\x18\x02 \x01(\r\x12\x16\n\x0ekv_cache_usage\x18\x03 \x01(\x02\x12\x11\n\tin_flight\x18\x04 \x01(\r\x12\x0e\n\x06queued\x18\x05 \x01(\r*\xf7\x01\n\x14StructuredOutputMode\x12&\n\"STRUCTURED_OUTPUT_MODE_UNSPECIFIED\x10\x00\x12&\n\"STRUCTURED_OUTPUT_MODE_JSON_SCHEMA\x10\x01\x12 \n\x1cSTRUCTURED_OUTPUT_MODE_REGEX\x10\x02\x12!\n\x1dSTRUCTURED_OUTPUT_MODE_CHOICE\x10\x03\x12\"\n\x1eSTRUCTURED_OUTPUT_MODE_GRAMMAR\x10\x04\x12&\n\"STRUCTURED_OUTPUT_MODE_JSON_OBJECT\x10\x05*\x96\x01\n\x0c\x44\x65viceHealth\x12\x1d\n\x19\x44\x45VICE_HEALTH_UNSPECIFIED\x10\x00\x12\x14\n\x10\x44\x45VICE_HEALTH_OK\x10\x01\x12\x19\n\x15\x44\x45VICE_HEALTH_WARNING\x10\x02\x12\x1a\n\x16\x44\x45VICE_HEALTH_CRITICAL\x10\x03\x12\x1a\n\x16\x44\x45VICE_HEALTH_DEGRADED\x10\x04\x32\xad\x01\n\rServerService\x12V\n\rGetServerInfo\x12!.xinserve.v1.GetServerInfoRequest\x1a\".xinserve.v1.GetServerInfoResponse\x12\x44\n\x07GetLoad\x12\x1b.xinserve.v1.GetLoadRequest\x1a\x1c.xinserve.v1.GetLoadResponseB[\n\x0eio.xinserve.v1B\x0bServerProtoP\x01Z:github.com/xinserve/xinserve/gen/go/xinserve/v1;xinservev1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,10 +33,10 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'xinserve.v1.server_pb2', _g
 if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._loaded_options = None
   _globals['DESCRIPTOR']._serialized_options = b'\n\016io.xinserve.v1B\013ServerProtoP\001Z:github.com/xinserve/xinserve/gen/go/xinserve/v1;xinservev1'
-  _globals['_STRUCTUREDOUTPUTMODE']._serialized_start=1182
-  _globals['_STRUCTUREDOUTPUTMODE']._serialized_end=1429
-  _globals['_DEVICEHEALTH']._serialized_start=1432
-  _globals['_DEVICEHEALTH']._serialized_end=1582
+  _globals['_STRUCTUREDOUTPUTMODE']._serialized_start=1301
+  _globals['_STRUCTUREDOUTPUTMODE']._serialized_end=1548
+  _globals['_DEVICEHEALTH']._serialized_start=1551
+  _globals['_DEVICEHEALTH']._serialized_end=1701
   _globals['_DEVICE']._serialized_start=73
   _globals['_DEVICE']._serialized_end=526
   _globals['_CAPABILITIES']._serialized_start=529
@@ -44,11 +44,13 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_GETSERVERINFOREQUEST']._serialized_start=742
   _globals['_GETSERVERINFOREQUEST']._serialized_end=764
   _globals['_GETSERVERINFORESPONSE']._serialized_start=767
-  _globals['_GETSERVERINFORESPONSE']._serialized_end=1034
-  _globals['_GETLOADREQUEST']._serialized_start=1036
-  _globals['_GETLOADREQUEST']._serialized_end=1067
-  _globals['_GETLOADRESPONSE']._serialized_start=1069
-  _globals['_GETLOADRESPONSE']._serialized_end=1179
-  _globals['_SERVERSERVICE']._serialized_start=1585
-  _globals['_SERVERSERVICE']._serialized_end=1758
+  _globals['_GETSERVERINFORESPONSE']._serialized_end=1075
+  _globals['_AUDITSTATUS']._serialized_start=1077
+  _globals['_AUDITSTATUS']._serialized_end=1153
+  _globals['_GETLOADREQUEST']._serialized_start=1155
+  _globals['_GETLOADREQUEST']._serialized_end=1186
+  _globals['_GETLOADRESPONSE']._serialized_start=1188
+  _globals['_GETLOADRESPONSE']._serialized_end=1298
+  _globals['_SERVERSERVICE']._serialized_start=1704
+  _globals['_SERVERSERVICE']._serialized_end=1877
 # @@protoc_insertion_point(module_scope)

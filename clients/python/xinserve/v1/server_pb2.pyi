@@ -89,7 +89,7 @@ class GetServerInfoRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class GetServerInfoResponse(_message.Message):
-    __slots__ = ("server_version", "schema_revision", "min_client_revision", "backend", "backend_version", "devices", "capabilities", "tee")
+    __slots__ = ("server_version", "schema_revision", "min_client_revision", "backend", "backend_version", "devices", "capabilities", "tee", "audit")
     SERVER_VERSION_FIELD_NUMBER: _ClassVar[int]
     SCHEMA_REVISION_FIELD_NUMBER: _ClassVar[int]
     MIN_CLIENT_REVISION_FIELD_NUMBER: _ClassVar[int]
@@ -98,6 +98,7 @@ class GetServerInfoResponse(_message.Message):
     DEVICES_FIELD_NUMBER: _ClassVar[int]
     CAPABILITIES_FIELD_NUMBER: _ClassVar[int]
     TEE_FIELD_NUMBER: _ClassVar[int]
+    AUDIT_FIELD_NUMBER: _ClassVar[int]
     server_version: str
     schema_revision: int
     min_client_revision: int
@@ -106,7 +107,18 @@ class GetServerInfoResponse(_message.Message):
     devices: _containers.RepeatedCompositeFieldContainer[Device]
     capabilities: Capabilities
     tee: _attestation_pb2.TeeStatus
-    def __init__(self, server_version: _Optional[str] = ..., schema_revision: _Optional[int] = ..., min_client_revision: _Optional[int] = ..., backend: _Optional[str] = ..., backend_version: _Optional[str] = ..., devices: _Optional[_Iterable[_Union[Device, _Mapping]]] = ..., capabilities: _Optional[_Union[Capabilities, _Mapping]] = ..., tee: _Optional[_Union[_attestation_pb2.TeeStatus, _Mapping]] = ...) -> None: ...
+    audit: AuditStatus
+    def __init__(self, server_version: _Optional[str] = ..., schema_revision: _Optional[int] = ..., min_client_revision: _Optional[int] = ..., backend: _Optional[str] = ..., backend_version: _Optional[str] = ..., devices: _Optional[_Iterable[_Union[Device, _Mapping]]] = ..., capabilities: _Optional[_Union[Capabilities, _Mapping]] = ..., tee: _Optional[_Union[_attestation_pb2.TeeStatus, _Mapping]] = ..., audit: _Optional[_Union[AuditStatus, _Mapping]] = ...) -> None: ...
+
+class AuditStatus(_message.Message):
+    __slots__ = ("anchor", "anchor_waiver", "require_anchor")
+    ANCHOR_FIELD_NUMBER: _ClassVar[int]
+    ANCHOR_WAIVER_FIELD_NUMBER: _ClassVar[int]
+    REQUIRE_ANCHOR_FIELD_NUMBER: _ClassVar[int]
+    anchor: str
+    anchor_waiver: str
+    require_anchor: bool
+    def __init__(self, anchor: _Optional[str] = ..., anchor_waiver: _Optional[str] = ..., require_anchor: _Optional[bool] = ...) -> None: ...
 
 class GetLoadRequest(_message.Message):
     __slots__ = ("model",)
