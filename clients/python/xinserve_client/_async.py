@@ -1,5 +1,4 @@
 """The asyncio client, over ``grpc.aio``."""
-# ruff: noqa: ASYNC109 - `timeout` is the gRPC deadline, propagated to the server; asyncio.timeout cannot do that
 
 from __future__ import annotations
 
