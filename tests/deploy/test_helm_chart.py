@@ -6,11 +6,14 @@ service, grace periods ordered, the chip's device-plugin resource, a config xins
 from __future__ import annotations
 
 import copy
+import json
+import tomllib
 
 import kubernetes_validate
 import pytest
 import yaml
 
+from engine_backends.platforms import PROFILES
 from service.config import Settings
 from tests.deploy import crd_schemas
 from tests.deploy.helm import (
@@ -28,6 +31,7 @@ from tests.deploy.helm import (
 )
 
 skip_without_helm()
+REPO = CHART.parents[2]
 
 PG = POSTGRESQL
 MODELS = ["models[0].name=qwen", "models[0].path=/models/qwen"]
@@ -35,6 +39,7 @@ CHIP_RESOURCES = {
     "cpu": "",
     "cuda": "nvidia.com/gpu",
     "ascend": "huawei.com/Ascend910",
+    "ascend-310p": "huawei.com/Ascend310P",  # Ascend/ascend-for-volcano: NPU310PCardName
     "kunlun": "kunlunxin.com/xpu",
     "mlu": "cambricon.com/mlu",
     "dcu": "hygon.com/dcu",
@@ -46,6 +51,18 @@ CUSTOM_KINDS = set(crd_schemas.FILES)
 _validate_all = validate_all
 _container = container_of
 _config = config_of
+
+
+def test_the_chart_offers_every_chip_xinserve_has_a_profile_and_an_image_for():
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    images = set(tomllib.loads((REPO / "deploy" / "docker" / "images.toml").read_text()))
+    chips = set(values["chipProfiles"])
+    assert chips == set(PROFILES) == images == set(CHIP_RESOURCES)
+    assert set(schema["properties"]["chip"]["enum"]) == chips
+    device_enum = schema["properties"]["chipProfiles"]["additionalProperties"]["properties"]["device"]["enum"]
+    assert set(device_enum) == chips
+    assert all(values["chipProfiles"][c]["device"] == c for c in chips)
 
 
 def test_helm_lint():

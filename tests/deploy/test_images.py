@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from packaging.version import Version
 
-from engine_backends.platforms import PROFILES
+from engine_backends.platforms import DEVICE_CHOICES, PROFILES
 from engine_backends.vllm_versions import SUPPORTED_VLLM
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -107,3 +107,11 @@ def test_accelerator_variant_installs_through_the_engine_stack_check():
     text = DOCKERFILE.read_text()
     assert "engine_stack.py install /wheels/*.whl" in text
     assert "--extra=cpu" in text and text.count("uv export") == 1, "only the CPU variant installs locked engine pins"
+
+
+def test_the_readme_lists_every_device():
+    readme = (ROOT / "README.md").read_text()
+    flag = re.search(r"`--device ([a-z0-9|-]+)`", readme)
+    assert flag is not None and sorted(flag.group(1).split("|")) == sorted(DEVICE_CHOICES)
+    row = re.search(r"^\| `engine.device` \| `--device` \| `auto` \| (.*) \|$", readme, re.M)
+    assert row is not None and sorted(re.findall(r"`([a-z0-9-]+)`", row.group(1))) == sorted(DEVICE_CHOICES)
