@@ -140,6 +140,9 @@ class ModelInfo:
     max_logprobs: int
     lora_adapters: tuple[str, ...] = ()
     prefix_caching: bool = False
+    tool_call_parser: str | None = None
+    """vLLM tool parser (``ToolParserManager`` name) reading ``tool_choice: "auto"`` replies;
+    None: ``auto`` is refused."""
 
 
 @dataclass(frozen=True)
@@ -161,6 +164,11 @@ class Engine(Protocol):
 
     @property
     def info(self) -> ModelInfo: ...
+
+    def auto_tool_calls(self, tools: Sequence[Mapping[str, Any]]) -> Any:
+        """A reader of one reply's tool calls (``engine_backends.tool_calls.AutoToolCalls``)
+        with the model's ``info.tool_call_parser``; None when it has none."""
+        ...
 
     def use_files(self, model_path: Path, lora_adapters: Mapping[str, Path]) -> None:
         """Before ``start``: load the model from ``model_path`` and serve exactly the LoRA

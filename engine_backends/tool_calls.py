@@ -43,3 +43,74 @@ def forced_tool_schema(
     if not isinstance(schema, dict):
         raise ValueError("no schema for this tool choice")
     return schema
+
+
+def tool_parser_names() -> list[str]:
+    """The names vLLM's ``ToolParserManager`` knows (``--tool-call-parser`` choices)."""
+    from vllm.tool_parsers import ToolParserManager
+
+    return sorted(ToolParserManager.list_registered())
+
+
+class AutoToolCalls:
+    """vLLM's tool parser ``name`` (``ToolParserManager``) reading the tool calls of one
+    reply generated with ``tool_choice: "auto"``, whole (``extract``) or as it streams
+    (``stream``). Tool calls come back as OpenAI dicts: ``{"id", "type": "function",
+    "function": {"name", "arguments"}}`` (whole), or the parser's deltas (``index`` and the
+    parts present: ``id``, ``type``, ``function.name``, ``function.arguments``).
+
+    Raises:
+        KeyError: ``name`` is not a registered parser.
+    """
+
+    def __init__(self, name: str, tokenizer: Any, tools: Sequence[Mapping[str, Any]]) -> None:
+        from vllm.entrypoints.openai.chat_completion.protocol import ChatCompletionRequest
+        from vllm.tool_parsers import ToolParserManager
+
+        self._request = ChatCompletionRequest.model_validate(
+            {
+                "model": "m",
+                "messages": [{"role": "user", "content": ""}],
+                "tools": [dict(t) for t in tools],
+                "tool_choice": "auto",
+            }
+        )
+        self._parser = ToolParserManager.get_tool_parser(name)(tokenizer, list(self._request.tools or []))  # type: ignore[arg-type]
+        self._text = ""
+        self._ids: list[int] = []
+
+    def extract(self, text: str) -> tuple[str | None, list[dict[str, Any]]]:
+        """``(content, tool_calls)`` of a whole reply; no calls: ``(text, [])``."""
+        info = self._parser.extract_tool_calls(text, self._request)
+        if not info.tools_called or not info.tool_calls:
+            return text, []
+        calls = [
+            {
+                "id": call.id,
+                "type": "function",
+                "function": {"name": call.function.name, "arguments": call.function.arguments},
+            }
+            for call in info.tool_calls
+        ]
+        return info.content, calls
+
+    def stream(self, delta_text: str, delta_ids: Sequence[int]) -> tuple[str | None, list[dict[str, Any]]]:
+        """``(content delta, tool-call deltas)`` for the next streamed piece of the reply."""
+        previous_text, previous_ids = self._text, self._ids
+        self._text = previous_text + delta_text
+        self._ids = [*previous_ids, *delta_ids]
+        delta = self._parser.extract_tool_calls_streaming(
+            previous_text, self._text, delta_text, previous_ids, self._ids, list(delta_ids), self._request
+        )
+        if delta is None:
+            return None, []
+        return delta.content, [call.model_dump(exclude_none=True) for call in delta.tool_calls]
+
+    def remaining_arguments(self) -> str:
+        """Arguments of the last tool call the parser read but has not streamed yet."""
+        return str(self._parser.get_remaining_unstreamed_args())
+
+    @property
+    def called(self) -> int:
+        """How many tool calls the stream has begun."""
+        return len(self._parser.prev_tool_call_arr)

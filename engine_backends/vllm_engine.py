@@ -38,6 +38,7 @@ from engine_backends.protocol import (
     SamplingOptions,
 )
 from engine_backends.special_tokens import SpecialTokenGuard
+from engine_backends.tool_calls import AutoToolCalls
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +74,7 @@ class VllmEngine:
         profile: the platform profile of the device it runs on.
         options: ``AsyncEngineArgs`` overrides (dtype, max_model_len, kv_cache_memory_bytes ...).
         lora_modules: LoRA adapter name -> local directory.
+        tool_call_parser: vLLM tool parser for ``tool_choice: "auto"`` (``models[].tool_call_parser``).
     """
 
     def __init__(
@@ -83,8 +85,10 @@ class VllmEngine:
         profile: PlatformProfile,
         options: Mapping[str, Any] | None = None,
         lora_modules: Mapping[str, Path] | None = None,
+        tool_call_parser: str | None = None,
     ) -> None:
         self._name = name
+        self._tool_call_parser = tool_call_parser
         self._kind: ModelKind = kind
         self._path = path
         self._profile = profile
@@ -159,7 +163,15 @@ class VllmEngine:
             max_logprobs=int(mc.max_logprobs),
             lora_adapters=tuple(sorted(self._loras)),
             prefix_caching=bool(getattr(cache, "enable_prefix_caching", False)),
+            tool_call_parser=self._tool_call_parser,
         )
+
+    def auto_tool_calls(self, tools: Sequence[Mapping[str, Any]]) -> AutoToolCalls | None:
+        """vLLM's ``tool_call_parser`` over this model's tokenizer, for one reply; None without one."""
+        if self._tool_call_parser is None:
+            return None
+        self._require()
+        return AutoToolCalls(self._tool_call_parser, self._tokenizer, tools)
 
     async def shutdown(self) -> None:
         """Stop the engine: its output handler first, then ``AsyncLLM.shutdown``.

@@ -159,7 +159,9 @@ async def model_entries(
     if settings.models:
         for m in settings.models:
             plan = plan_engine_args(profile, engine_args, None, m.path, m.engine.engine_args())
-            engine = VllmEngine(m.name, m.kind, m.path, profile, engine_options(plan))
+            engine = VllmEngine(
+                m.name, m.kind, m.path, profile, engine_options(plan), tool_call_parser=m.tool_call_parser
+            )
             adapters = {n: AdapterEntry(n, p) for n, p in m.lora.items()}
             entries.append(ModelEntry(m.name, m.kind, m.path, engine, adapters=adapters))
         store_dir = settings.trust.trust_store_dir

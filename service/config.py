@@ -194,8 +194,24 @@ class ModelSettings(_Model):
     kind: Literal["generate", "embed"] = "generate"
     lora: dict[str, Path] = Field(default_factory=dict)
     """LoRA adapter name -> local directory."""
+    tool_call_parser: str | None = None
+    """vLLM tool parser reading this model's ``tool_choice: "auto"`` replies (as vLLM's
+    ``--tool-call-parser``: ``hermes``, ``llama3_json``, ``mistral``, ...); unset: ``auto`` is
+    refused (INVALID_ARGUMENT naming ``tool_choice``)."""
     engine: EngineArgsSettings = Field(default_factory=EngineArgsSettings)
     """vLLM engine arguments for this model only; those set override ``engine.*``."""
+
+    @field_validator("tool_call_parser")
+    @classmethod
+    def _tool_call_parser(cls, value: str | None) -> str | None:
+        if value is None:
+            return value
+        from engine_backends.tool_calls import tool_parser_names
+
+        names = tool_parser_names()
+        if value not in names:
+            raise ValueError(f"must be one of vLLM's tool parsers: {', '.join(names)}")
+        return value
 
 
 class TrustSettings(_Model):

@@ -29,7 +29,7 @@ from service.convert import extend_positions_bounded, fill_completion_output_bou
 from service.policy import AccessPolicy
 from service.runtime import Runtime
 from service.status import RpcError
-from service.tools import ToolPlan, add_history_tool_fields, check_tools
+from service.tools import ToolPlan, add_history_tool_fields, check_auto, check_tools
 from service.validation import (
     REQUEST_ID,
     REQUEST_ID_RULE,
@@ -199,6 +199,13 @@ class Inference:
             v.raise_if_any()
             raise
         sp = request.sampling_params if request.HasField("sampling_params") else _EMPTY_SAMPLING
+        check_auto(plan, engine.info.tool_call_parser, v)
+        if plan.mode == "auto" and not sp.HasField("skip_special_tokens"):
+            # As vLLM's tool parsers adjust the request: tool-call markers may be special tokens.
+            kept = sampling_pb2.SamplingParams()
+            kept.CopyFrom(sp)
+            kept.skip_special_tokens = False
+            sp = kept
         if plan.schema is not None:
             if sp.WhichOneof("structured_output") is not None:
                 v.add("tool_choice", f"{plan.mode} tool choice cannot be combined with structured output")

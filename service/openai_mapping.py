@@ -20,6 +20,7 @@ import re
 import secrets
 import struct
 import time
+from collections.abc import Callable
 from typing import Any
 
 from service.openai_schemas import (
@@ -471,10 +472,17 @@ def _tool_finish(forced: str, reason: str | None) -> str | None:
 
 
 def chat_response(
-    reply: inference_pb2.ChatResponse, model: str, top_n: int, forced: str | None = None
+    reply: inference_pb2.ChatResponse,
+    model: str,
+    top_n: int,
+    forced: str | None = None,
+    auto: Callable[[], Any] | None = None,
 ) -> dict[str, Any]:
     """OpenAI's ``chat.completion``; with ``forced`` (``forced_tool``) each reply whose text
-    is the forced JSON becomes ``tool_calls`` with ``content: null``."""
+    is the forced JSON becomes ``tool_calls`` with ``content: null``; with ``auto`` (a
+    factory of ``engine_backends.tool_calls.AutoToolCalls``, for ``tool_choice: "auto"``)
+    the model's tool-call parser splits each reply into ``content`` and ``tool_calls``
+    (``finish_reason`` ``tool_calls`` when it found any, as vLLM answers)."""
     choices = []
     for o in reply.outputs:
         message: dict[str, Any] = {"role": "assistant", "content": o.text}
@@ -483,6 +491,11 @@ def chat_response(
         if forced is not None and calls is not None:
             message = {"role": "assistant", "content": None, "tool_calls": calls}
             reason = _tool_finish(forced, reason)
+        elif auto is not None:
+            content, found = auto().extract(o.text)
+            if found:
+                message = {"role": "assistant", "content": content, "tool_calls": found}
+                reason = "tool_calls"
         choices.append(
             {
                 "index": o.index,
@@ -521,10 +534,20 @@ class StreamChunks:
     ``stream_options.include_usage`` is set."""
 
     def __init__(
-        self, *, chat: bool, model: str, request_id: str, include_usage: bool, top_n: int, forced: str | None = None
+        self,
+        *,
+        chat: bool,
+        model: str,
+        request_id: str,
+        include_usage: bool,
+        top_n: int,
+        forced: str | None = None,
+        auto: Callable[[], Any] | None = None,
     ) -> None:
         self.chat = chat
         self.forced = forced
+        self.auto = auto
+        self._readers: dict[int, Any] = {}
         self._tool_text: dict[int, list[str]] = {}
         self.model = model
         self.id = f"{'chatcmpl' if chat else 'cmpl'}-{request_id}"
@@ -616,11 +639,44 @@ class StreamChunks:
         )
         return out
 
+    def _auto_chunks(self, msg) -> list[dict[str, Any]]:
+        """``tool_choice: "auto"``: each delta read by the model's tool-call parser (vLLM's
+        ``extract_tool_calls_streaming``), content and tool-call deltas as it returns them;
+        the last call's arguments it holds back are sent before the finish reason, which is
+        ``tool_calls`` when the reply called a tool."""
+        assert self.auto is not None
+        reader = self._readers.get(msg.index)
+        delta: dict[str, Any] = {}
+        if reader is None:
+            reader = self._readers[msg.index] = self.auto()
+            delta["role"] = "assistant"
+        content, calls = reader.stream(msg.text, list(msg.token_ids)) if msg.text or msg.token_ids else (None, [])
+        if content:
+            delta["content"] = content
+        if calls:
+            delta["tool_calls"] = calls
+        reason = finish_reason(msg.finish_reason)
+        out = []
+        if reason is not None and reader.called:
+            rest = reader.remaining_arguments()
+            if rest:
+                if delta:
+                    out.append(
+                        self._chunk([{"index": msg.index, "delta": delta, "logprobs": None, "finish_reason": None}])
+                    )
+                delta = {"tool_calls": [{"index": reader.called - 1, "function": {"arguments": rest}}]}
+            reason = "tool_calls" if reason == "stop" else reason
+        if delta or reason is not None:
+            out.append(self._chunk([{"index": msg.index, "delta": delta, "logprobs": None, "finish_reason": reason}]))
+        return out
+
     def chunks(self, msg) -> list[dict[str, Any]]:
         out = []
         has_content = bool(msg.text or msg.token_ids or msg.finish_reason)
         if has_content and self.chat and self.forced is not None:
             out.extend(self._tool_chunks(msg))
+        elif has_content and self.chat and self.auto is not None:
+            out.extend(self._auto_chunks(msg))
         elif has_content:
             reason = finish_reason(msg.finish_reason)
             if self.chat:

@@ -5,8 +5,8 @@ Follows OpenAI's chat API and vLLM's OpenAI server: tools are shown to the model
 template (``apply_chat_template(tools=...)``); ``tool_choice`` ``"required"`` and a named
 function are forced by structured output, a JSON Schema built from the tools as vLLM builds
 it (``engine_backends.tool_calls.forced_tool_schema``), so any model answers with valid
-calls; ``"auto"`` (the default when tools are given) needs a tool-call parser, as vLLM
-refuses it without ``--enable-auto-tool-choice --tool-call-parser``. A history message's
+calls; ``"auto"`` (the default when tools are given) needs the model's tool-call parser
+(``check_auto``), as vLLM refuses it without ``--enable-auto-tool-choice --tool-call-parser``. A history message's
 tool-call arguments (JSON text in the contract) reach the template as objects, as vLLM
 passes them.
 """
@@ -102,14 +102,7 @@ def check_tools(request: inference_pb2.ChatRequest, v: Violations, limits: Any) 
         if mode != "none":
             v.add("tool_choice", "needs tools")
         return ToolPlan(None, "none")
-    if mode == "auto":
-        v.add(
-            "tool_choice",
-            '"auto" (the default when tools are given) needs a tool-call parser, and none is '
-            'configured for this model; give "none", "required" or a named function',
-        )
-        return ToolPlan(tools, mode)
-    if mode == "none":
+    if mode in ("auto", "none"):
         return ToolPlan(tools, mode)
     name = choice.function_name if mode == "named" and choice is not None else None
     if name is not None and name not in names:
@@ -155,3 +148,14 @@ def add_history_tool_fields(request: inference_pb2.ChatRequest, messages: list[d
             size += len(message.tool_call_id.encode("utf-8"))
             entry["tool_call_id"] = message.tool_call_id
     return size
+
+
+def check_auto(plan: ToolPlan, parser: str | None, v: Violations) -> None:
+    """Refuse ``tool_choice: "auto"`` (``tool_choice`` violation) for a model without a
+    tool-call parser (``ModelInfo.tool_call_parser``)."""
+    if plan.mode == "auto" and parser is None:
+        v.add(
+            "tool_choice",
+            '"auto" (the default when tools are given) needs a tool-call parser, and none is '
+            'configured for this model (models[].tool_call_parser); give "none", "required" or a named function',
+        )

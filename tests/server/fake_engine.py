@@ -55,6 +55,10 @@ class FakeEngine:
     async def abort(self, request_id: str) -> bool:
         return False
 
+    def auto_tool_calls(self, tools):
+        """No tool-call parser (``info.tool_call_parser`` is None)."""
+        return None
+
     async def embed(self, request_id: str, inputs: Sequence[str], normalize: bool | None) -> EmbedResult:
         self._alive()
         return EmbedResult([[1.0] for _ in inputs], len(inputs))
