@@ -142,7 +142,9 @@ class Authenticator:
         regex matches the whole canonical subject (``audit.principals.render_name``: RFC 4514,
         unsafe characters hex-escaped; ``subject`` when already rendered) and whose SAN pattern
         matches one DNS name, URI or e-mail subjectAltName (each condition only if given);
-        else the default roles.
+        else the default roles. A URI whose path has a dot segment (``.`` or ``..``, also
+        percent-encoded: RFC 3986 section 3.3; the SPIFFE ID format forbids them) matches no
+        pattern, so ``spiffe://td/audit/*`` never grants to ``spiffe://td/audit/../admin``.
 
         Raises:
             ValueError: the certificate's subject cannot be decoded.
@@ -164,7 +166,10 @@ class Authenticator:
         credentials are never silently downgraded. With a valid token and a client certificate
         the principal is the token's, and carries the certificate's subject and fingerprint
         too. An mTLS principal's name is the certificate subject in canonical form
-        (``audit.principals.render_name``).
+        (``audit.principals.render_name``); a certificate with an empty subject (RFC 5280
+        section 4.1.2.6 allows it when a subjectAltName names the holder, as SPIFFE X.509-SVIDs
+        do) is named by its fingerprint, ``sha256:<hex SHA-256 of the DER>``, and its roles come
+        from ``auth.mtls_roles`` as for any other certificate.
 
         Raises:
             AuthenticationFailed: bad token, malformed header, none when required, or a client
@@ -191,12 +196,16 @@ class Authenticator:
         cert = _client_certificate(auth_context)
         if cert is not None:
             subject = _subject(cert)
-            return Principal(
-                subject, "mtls", self.mtls_roles(cert, subject), cert.fingerprint(hashes.SHA256()).hex(), subject
-            )
+            fingerprint = cert.fingerprint(hashes.SHA256()).hex()
+            name = subject or f"{CERT_FINGERPRINT_PREFIX}{fingerprint}"
+            return Principal(name, "mtls", self.mtls_roles(cert, subject), fingerprint, subject)
         if self.required:
             raise AuthenticationFailed("authentication required: send a bearer token or a client certificate")
         return self._anonymous
+
+
+CERT_FINGERPRINT_PREFIX = "sha256:"
+"""The principal of a client certificate with an empty subject is this prefix and its fingerprint."""
 
 
 def _client_certificate(auth_context: dict[str, list[bytes]]) -> x509.Certificate | None:
@@ -225,4 +234,16 @@ def _subject_alt_names(cert: x509.Certificate) -> list[str]:
     names: list[str] = []
     for kind in (x509.DNSName, x509.UniformResourceIdentifier, x509.RFC822Name):
         names.extend(ext.get_values_for_type(kind))
-    return names
+    return [n for n in names if not _has_dot_segment(n)]
+
+
+def _has_dot_segment(name: str) -> bool:
+    """Whether a URI's path has a ``.`` or ``..`` segment (RFC 3986 section 3.3), also written
+    with percent-encoded dots or slashes (``%2e``, ``%2f``); names without ``://`` (DNS,
+    e-mail) never do."""
+    _, sep, rest = name.partition("://")
+    if not sep:
+        return False
+    path = rest.partition("/")[2].split("?", 1)[0].split("#", 1)[0]
+    path = path.lower().replace("%2e", ".").replace("%2f", "/")
+    return any(seg in (".", "..") for seg in path.split("/"))

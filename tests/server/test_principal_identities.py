@@ -42,7 +42,7 @@ class _Pki:
             x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")]), server=True
         )
 
-    def _sign(self, subject, issuer, public_key, *, ca=False, server=False) -> x509.Certificate:
+    def _sign(self, subject, issuer, public_key, *, ca=False, server=False, sans=()) -> x509.Certificate:
         now = datetime.datetime.now(datetime.UTC)
         builder = (
             x509.CertificateBuilder()
@@ -65,6 +65,12 @@ class _Pki:
             builder = builder.add_extension(
                 x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False
             )
+        elif sans:
+            # RFC 5280 section 4.2.1.6: critical when the subject is empty.
+            builder = builder.add_extension(
+                x509.SubjectAlternativeName([x509.UniformResourceIdentifier(u) for u in sans]),
+                critical=not list(subject),
+            )
         return builder.sign(self.ca_key, hashes.SHA256())
 
     def _write(self, name: str, data: bytes) -> Path:
@@ -72,9 +78,11 @@ class _Pki:
         path.write_bytes(data)
         return path
 
-    def leaf(self, subject: x509.Name, *, server: bool = False) -> tuple[x509.Certificate, bytes]:
+    def leaf(
+        self, subject: x509.Name, *, server: bool = False, sans: tuple[str, ...] = ()
+    ) -> tuple[x509.Certificate, bytes]:
         key = ec.generate_private_key(ec.SECP256R1())
-        cert = self._sign(subject, self.ca.subject, key.public_key(), server=server)
+        cert = self._sign(subject, self.ca.subject, key.public_key(), server=server, sans=sans)
         pem_key = key.private_bytes(
             serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
         )
@@ -103,7 +111,11 @@ async def mtls_server(tmp_path):
             "data_dir": str(tmp_path / "data"),
             "listen": {"plaintext": [], "tls": ["127.0.0.1:0"]},
             "tls": {"cert_file": str(server_cert), "key_file": str(server_key), "client_ca_file": str(pki.ca_file)},
-            "auth": {"token_file": str(tokens), "required": True},
+            "auth": {
+                "token_file": str(tokens),
+                "required": True,
+                "mtls_roles": [{"san": "spiffe://bank.example/audit/*", "roles": ["auditor"]}],
+            },
             "metrics_listen": None,
         }
     )
@@ -196,3 +208,53 @@ def test_a_subject_that_does_not_decode_is_refused_not_a_crash(tmp_path):
     for authorization in (None, f"Bearer {USER_TOKEN}"):
         with pytest.raises(AuthenticationFailed, match="subject cannot be decoded"):
             authn.authenticate(authorization, {"x509_pem_cert": [pem]})
+
+
+async def _audit_query(target: str, creds: grpc.ChannelCredentials) -> grpc.StatusCode:
+    async with grpc.aio.secure_channel(target, creds) as channel:
+        try:
+            reply = audit_pb2_grpc.AuditServiceStub(channel).QueryRecords(
+                audit_pb2.QueryRecordsRequest(filter=audit_pb2.AuditFilter(event="start"))
+            )
+            _ = [row async for row in reply]
+        except grpc.aio.AioRpcError as err:
+            return err.code()
+    return grpc.StatusCode.OK
+
+
+@ASYNC
+async def test_a_certificate_with_an_empty_subject_is_named_by_its_fingerprint(mtls_server):
+    pki, runtime, target = mtls_server
+    svid, svid_key = pki.leaf(x509.Name([]), sans=("spiffe://bank.example/audit/ann",))
+    creds = pki.credentials(svid, svid_key)
+    await _list_models(target, creds, (("x-request-id", "empty-subject"),))
+    assert await _audit_query(target, creds) == grpc.StatusCode.OK  # roles from the SAN rule
+    records, _ = await _records(runtime)
+    rec = records["empty-subject"]
+    fingerprint = svid.fingerprint(hashes.SHA256()).hex()
+    assert (rec.principal, rec.auth_method, rec.cert_fingerprint) == (f"sha256:{fingerprint}", "mtls", fingerprint)
+    # Two such certificates are two principals, never one empty name.
+    other, other_key = pki.leaf(x509.Name([]), sans=("spiffe://bank.example/web/a",))
+    await _list_models(target, pki.credentials(other, other_key), (("x-request-id", "other-empty"),))
+    records, _ = await _records(runtime)
+    assert records["other-empty"].principal == "sha256:" + other.fingerprint(hashes.SHA256()).hex()
+    assert records["other-empty"].principal != rec.principal
+
+
+@pytest.mark.parametrize(
+    "uri",
+    [
+        "spiffe://bank.example/audit/../web/a",
+        "spiffe://bank.example/audit/./x",
+        "spiffe://bank.example/audit/%2e%2e/web",
+        "spiffe://bank.example/audit/..%2Fweb",
+        "spiffe://bank.example/audit/..",
+    ],
+)
+@ASYNC
+async def test_a_san_glob_does_not_match_dot_segments(mtls_server, uri):
+    pki, _, target = mtls_server
+    cert, key = pki.leaf(_name((NameOID.COMMON_NAME, "svc")), sans=(uri,))
+    assert await _audit_query(target, pki.credentials(cert, key)) == grpc.StatusCode.PERMISSION_DENIED
+    good, good_key = pki.leaf(_name((NameOID.COMMON_NAME, "svc")), sans=("spiffe://bank.example/audit/ann",))
+    assert await _audit_query(target, pki.credentials(good, good_key)) == grpc.StatusCode.OK
