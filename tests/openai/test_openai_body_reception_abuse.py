@@ -21,6 +21,7 @@ from prometheus_client import REGISTRY
 from audit import QueryFilter
 from audit.records import decode_record
 from service import body_reception
+from service.auth import hash_token
 from service.body_reception import BodyReception
 from service.runtime import Runtime
 from service.status import RpcError
@@ -71,10 +72,16 @@ async def _until(check, what: str) -> None:
         await asyncio.sleep(0.02)
 
 
-async def _slow_upload(port: int, request_id: str) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-    """From 127.0.0.1: a head and the first bytes of a body, then nothing more."""
-    reader, writer = await asyncio.open_connection("127.0.0.1", port, local_addr=("127.0.0.1", 0))
-    writer.write(_head(request_id) + PARTIAL)
+async def _slow_upload(
+    port: int, request_id: str, token: str | None = None, source: str = "127.0.0.1"
+) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """From ``source``: a head (with ``token`` as bearer token) and the first bytes of a body,
+    then nothing more."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port, local_addr=(source, 0))
+    head = _head(request_id)
+    if token is not None:
+        head = head.replace(b"\r\n\r\n", f"\r\nAuthorization: Bearer {token}\r\n\r\n".encode())
+    writer.write(head + PARTIAL)
     await writer.drain()
     return reader, writer
 
@@ -155,6 +162,37 @@ async def test_a_body_slower_than_the_minimum_rate_is_dropped(tmp_path):
             reply = await http.post(f"http://127.0.0.1:{port}/v1/completions", json={"model": "m", "prompt": "hi"})
         assert reply.status_code == 200, reply.text[:500]
         assert runtime.body_reception.receiving == 0
+
+
+@ASYNC
+async def test_a_token_holder_has_one_share_across_addresses(tmp_path):
+    token = "alice-token-0123456789"
+    tokens = tmp_path / "tokens"
+    tokens.write_text(f"alice {hash_token(token)} user\n")
+    tokens.chmod(0o600)
+    overrides = _overrides(0, 10.0)
+    overrides["limits"]["max_http_bodies_per_principal"] = 2
+    overrides["auth"] = {"token_file": str(tokens)}
+    async with http_over_fake_engines(tmp_path, [FakeEngine("m")], overrides) as (port, runtime):
+        reception = runtime.body_reception
+        held = [await _slow_upload(port, f"alice-{i}", token) for i in range(2)]
+        try:
+            await _until(lambda: reception.by_principal["alice"] == 2, "alice's uploads were received")
+            for source in ("127.0.0.1", "127.0.0.2"):
+                reader, writer = await _slow_upload(port, f"alice-more-{source}", token, source)
+                status, _, body = await _response(reader)
+                assert (status, body["error"]["code"]) == (429, "body_reception_principal_share"), body
+                await _close(writer)
+            # An anonymous caller from the same address is not counted against alice.
+            async with httpx.AsyncClient(timeout=WAIT_S) as http:
+                reply = await http.post(
+                    f"http://127.0.0.1:{port}/v1/completions", json={"model": "m", "prompt": "hi", "max_tokens": 1}
+                )
+            assert reply.status_code == 200, reply.text[:500]
+            assert reception.by_peer["127.0.0.1"] == 2
+        finally:
+            for _, writer in held:
+                await _close(writer)
 
 
 def test_an_identified_principal_has_its_own_share_anonymous_callers_their_address():
