@@ -121,9 +121,10 @@ def _write_new(path: Path, data: bytes, mode: int, force: bool) -> None:
 
 
 def _keys_generate(args: argparse.Namespace) -> int:
+    from trust.key_files import MIN_NEW_KEY_PASSWORD_LENGTH
     from trust.sm2 import Sm2PrivateKey, load_password
 
-    password = load_password(args.password) if args.password else None
+    password = load_password(args.password, min_length=MIN_NEW_KEY_PASSWORD_LENGTH) if args.password else None
     if password is None and not args.no_password:
         _err("give --password env:VAR|file:PATH to protect the private key, or --no-password")
         return EXIT_USAGE

@@ -2,6 +2,11 @@
 
 A secret file must not be readable or writable by its group or by others (``mode & 0o077 == 0``),
 as OpenSSH requires of private keys. ``allow_insecure`` turns the refusal into a warning.
+
+Key passwords are read by one reader for the CLI (``env:VAR`` / ``file:PATH``,
+:func:`read_password_spec`) and the server (:func:`read_password`): a file is checked like a
+secret file, the password is its first line, never empty, and one that protects a new key has
+at least :data:`MIN_NEW_KEY_PASSWORD_LENGTH` characters.
 """
 
 from __future__ import annotations
@@ -34,13 +39,23 @@ def check_private_file(path: str | os.PathLike[str], what: str, *, allow_insecur
     log.warning("insecure_secret_file", what=what, file=p.name, mode=f"{mode:04o}")
 
 
+MIN_NEW_KEY_PASSWORD_LENGTH = 8
+"""Fewest characters of a password that encrypts a new key (NIST SP 800-63B section 5.1.1.2)."""
+
+
 def read_password(
-    env: str | None, file: str | os.PathLike[str] | None, *, allow_insecure: bool = False
+    env: str | None,
+    file: str | os.PathLike[str] | None,
+    *,
+    allow_insecure: bool = False,
+    min_length: int = 0,
 ) -> bytes | None:
     """A key password from the environment variable ``env`` or the first line of ``file``.
 
+    ``min_length``: fewest characters (UTF-8 decoded; bytes that do not decode count one
+    each); pass :data:`MIN_NEW_KEY_PASSWORD_LENGTH` for a password that encrypts a new key.
     Returns ``None`` when neither is given. Raises ``KeyError`` (variable not set), ``ValueError``
-    (empty password), ``InsecureFileError`` and ``OSError`` (file).
+    (empty or too short password), ``InsecureFileError`` and ``OSError`` (file).
     """
     if env:
         value = os.environ.get(env)
@@ -55,4 +70,35 @@ def read_password(
         return None
     if not password:
         raise ValueError("the key password is empty")
+    length = len(password.decode("utf-8", "replace"))
+    if length < min_length:
+        raise ValueError(f"the key password is too short ({length} characters; at least {min_length})")
+    return password
+
+
+def read_password_spec(spec: str, *, allow_insecure: bool = False, min_length: int = 0) -> bytes:
+    """The CLI's ``--password`` source: ``env:VAR`` or ``file:PATH``, read by :func:`read_password`.
+
+    Raises:
+        KeyFormatError: a bad source, the variable not set, an empty or too short password, or
+            a file its group or others can access (unless ``allow_insecure``).
+        OSError: the file cannot be read.
+    """
+    from trust.errors import KeyFormatError
+
+    kind, _, value = spec.partition(":")
+    if kind not in ("env", "file") or not value:
+        raise KeyFormatError("password source must be env:VAR or file:PATH")
+    try:
+        password = read_password(
+            value if kind == "env" else None,
+            value if kind == "file" else None,
+            allow_insecure=allow_insecure,
+            min_length=min_length,
+        )
+    except KeyError:
+        raise KeyFormatError(f"environment variable {value} is not set") from None
+    except (ValueError, InsecureFileError) as exc:
+        raise KeyFormatError(str(exc)) from None
+    assert password is not None
     return password

@@ -73,13 +73,34 @@ def test_a_key_others_can_read_is_refused_unless_allowed(
 def test_first_start_creates_an_encrypted_0600_key(
     sqlite_backend: Backend, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("XINSERVE_TEST_KEY_PASSWORD", "new key")
+    monkeypatch.setenv("XINSERVE_TEST_KEY_PASSWORD", "new key password")
     pem = tmp_path / "keys" / "server-sm2.pem"
     settings = sqlite_backend.settings(signing_key_path=pem, signing_key_password_env="XINSERVE_TEST_KEY_PASSWORD")
     created = load_signer(settings, create=True)
     assert mode(pem) == 0o600 and mode(pem.parent) == 0o700
     assert b"ENCRYPTED PRIVATE KEY" in pem.read_bytes()
     assert load_signer(settings).public_key().key_id == created.public_key().key_id
+
+
+def test_a_new_key_needs_a_password_of_at_least_8_characters(
+    sqlite_backend: Backend, key: Sm2PrivateKey, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pem = tmp_path / "keys" / "server-sm2.pem"
+    pw = tmp_path / "password"
+    pw.write_bytes("kurz\u00e9x\n".encode())  # 6 characters, 7 bytes
+    pw.chmod(0o600)
+    settings = sqlite_backend.settings(signing_key_path=pem, signing_key_password_file=pw)
+    with pytest.raises(AuditConfigError, match=r"too short \(6 characters; at least 8\)"):
+        load_signer(settings, create=True)
+    assert not pem.exists()
+    pw.write_bytes(b"\nsecond line\n")  # the first line is the password: empty
+    with pytest.raises(AuditConfigError, match="empty"):
+        load_signer(settings, create=True)
+    # An existing key keeps opening with its (short) password: the rule is for new keys.
+    write_key(tmp_path / "old.pem", key, b"kurz")
+    pw.write_bytes(b"kurz\n")
+    old = sqlite_backend.settings(signing_key_path=tmp_path / "old.pem", signing_key_password_file=pw)
+    assert load_signer(old, create=True).public_key().key_id == key.public_key().key_id
 
 
 async def test_the_sqlite_store_is_private(tmp_path: Path, key: Sm2PrivateKey) -> None:

@@ -41,6 +41,36 @@ def test_keys_generate_protects_the_private_key(setup, capsys) -> None:
     assert rc == EXIT_USAGE and "--password" in err
 
 
+def test_one_strict_password_reader_for_keys_generate_and_sign(setup, capsys, monkeypatch) -> None:
+    tmp, _, model = setup
+    generate = ["keys", "generate", "--private-key", tmp / "new.pem", "--password"]
+    monkeypatch.setenv("ONE_CHAR", "x")
+    rc, _, err = run(capsys, *generate, "env:ONE_CHAR")
+    assert rc == EXIT_USAGE and "too short (1 characters; at least 8)" in err
+    pw = tmp / "pw.txt"
+    pw.write_text("long enough password\n")
+    pw.chmod(0o644)
+    rc, _, err = run(capsys, *generate, f"file:{pw}")
+    assert rc == EXIT_USAGE and "mode 0644" in err and "chmod 600" in err
+    pw.write_text("")
+    pw.chmod(0o600)
+    rc, _, err = run(capsys, *generate, f"file:{pw}")
+    assert rc == EXIT_USAGE and "empty" in err
+    assert not (tmp / "new.pem").exists()
+    rc, _, err = run(capsys, *generate, "file:")
+    assert rc == EXIT_USAGE and "env:VAR or file:PATH" in err
+    pw.write_text("correct horse\n")
+    rc, _, _ = run(capsys, *generate, f"file:{pw}")
+    assert rc == EXIT_OK and b"ENCRYPTED PRIVATE KEY" in (tmp / "new.pem").read_bytes()
+    # `sign` reads the password the same way: a file others can read is refused.
+    pw.chmod(0o640)
+    rc, _, err = run(capsys, "sign", "model", model, "--key", tmp / "new.pem", "--password", f"file:{pw}")
+    assert rc == EXIT_USAGE and "mode 0640" in err and "Traceback" not in err
+    pw.chmod(0o600)
+    rc, _, _ = run(capsys, "sign", "model", model, "--key", tmp / "new.pem", "--password", f"file:{pw}")
+    assert rc == EXIT_OK
+
+
 def test_sign_and_verify_model(setup, capsys) -> None:
     tmp, key_id, model = setup
     rc, out, err = run(
