@@ -262,7 +262,7 @@ def _run_verify(args: argparse.Namespace) -> int:
     _check_record_range(args.start, args.end)
     keys = _load_keys(args.public_key)
     if args.archive is not None:
-        from audit.retention import verify_archive
+        from audit.archive import verify_archive
 
         key = parse_sm4_key(args.archive_key_file.read_bytes()) if args.archive_key_file else None
         problems = verify_archive(args.archive, keys, key)

@@ -27,7 +27,7 @@ import structlog
 
 from audit import metrics
 from audit.chain import CheckpointKind, SignedCheckpoint
-from audit.config import AuditSettings, FailurePolicy, StoreKind
+from audit.config import AuditSettings, StoreKind
 from audit.errors import AuditError, AuditStoreError, AuditUnavailable
 from audit.keys import load_signer
 from audit.reading import Reading
@@ -36,7 +36,7 @@ from audit.recovery import AuditIntegrityError, ChainRecovery, RecoveryInfo
 from audit.scheduling import Scheduling
 from audit.stores import open_store
 from audit.syslog_shipper import SyslogShipper
-from audit.writer import UNAVAILABLE_MESSAGE, LogCore, _Item
+from audit.writer import UNAVAILABLE_MESSAGE, LogCore
 
 log = structlog.get_logger("xinserve.audit")
 
@@ -184,9 +184,6 @@ class AuditLog(ChainRecovery, Scheduling, Reading):
         unreachable syslog collector is full (the server reports NOT_SERVING / refuses calls)."""
         return self._healthy and not self._shipping_blocked()
 
-    def _shipping_blocked(self) -> bool:
-        return self._shipper is not None and self.failure_policy is FailurePolicy.FAIL_CLOSED and self._shipper.full
-
     @property
     def shipper(self) -> SyslogShipper | None:
         """The syslog shipper of the anchors, if one is configured."""
@@ -229,23 +226,6 @@ class AuditLog(ChainRecovery, Scheduling, Reading):
         posture = self.settings.anchor_posture
         waiver = self.settings.anchor_waiver if posture == "waived" else None
         return {"anchor": posture, **({"anchor_waiver": waiver} if waiver else {})}
-
-    async def append(self, record: AuditRecord, *, _internal: bool = False) -> int | None:
-        """Append ``record``; return its sequence number once it is durably stored.
-
-        ``fail_closed``: raises :class:`AuditUnavailable` if it cannot be stored, or while the
-        anchor buffer of an unreachable syslog collector is full.
-        ``log_and_continue``: returns ``None`` instead (the record waits in a bounded backlog).
-        Raises :class:`AuditEncodingError` for a record that cannot be encoded.
-        """
-        if self._closed:
-            raise AuditUnavailable("the audit log is closed")
-        if not _internal and self._shipping_blocked():
-            raise AuditUnavailable(UNAVAILABLE_MESSAGE)
-        fut: asyncio.Future[int | None] = asyncio.get_running_loop().create_future()
-        self._pending.append(_Item("rec", record, fut))
-        self._wake.set()
-        return await fut
 
     async def checkpoint(self, kind: CheckpointKind = CheckpointKind.PERIODIC) -> SignedCheckpoint:
         """Write a signed checkpoint now (after everything appended before this call)."""

@@ -8,7 +8,6 @@ checkpoint.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import structlog
@@ -16,24 +15,13 @@ import structlog
 from audit.chain import GENESIS, Checkpoint, CheckpointKind, chain_hash
 from audit.errors import AuditEncodingError, AuditError
 from audit.stores import Store
-from audit.writer import LogCore
+from audit.writer import LogCore, RecoveryInfo
 
 log = structlog.get_logger("xinserve.audit")
 
 
 class AuditIntegrityError(AuditError):
     """At open, the last checkpoint or the unsigned tail does not verify: the log was altered."""
-
-
-@dataclass(frozen=True, slots=True)
-class RecoveryInfo:
-    """What :meth:`AuditLog.open` found: a clean previous close, or a crash it recovered from."""
-
-    unclean_shutdown: bool
-    previous_checkpoint: int | None
-    unsigned_tail: int
-    """Records after the previous checkpoint, now covered by the recovery checkpoint."""
-    last_seq: int
 
 
 class ChainRecovery(LogCore):

@@ -6,16 +6,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from typing import TYPE_CHECKING, cast
 
 import structlog
 
 from audit.chain import CheckpointKind
 from audit.errors import AuditError
 from audit.writer import LogCore
-
-if TYPE_CHECKING:
-    from audit.log import AuditLog
 
 log = structlog.get_logger("xinserve.audit")
 
@@ -49,7 +45,7 @@ class Scheduling(LogCore):
         from audit.retention import run_retention
 
         try:
-            await run_retention(cast("AuditLog", self))  # Scheduling is only ever an AuditLog's base
+            await run_retention(self)
         except AuditError as exc:
             log.error("audit_retention_failed", chain=self.chain, error=str(exc))
         except OSError as exc:

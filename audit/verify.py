@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from audit.anchors import AnchorSet
+from audit.archive import file_sm3, verify_archive
 from audit.chain import GENESIS, Checkpoint, CheckpointKind, SignedCheckpoint, Verifier, chain_hash
 from audit.config import MIN_RETENTION_DAYS
 from audit.errors import AuditEncodingError, AuditRangeError, UnknownChainError
@@ -429,8 +430,6 @@ def _check_purges(
 def _check_purge_archive(
     cp: Checkpoint, archive_dir: Path, key: bytes | None, trusted: dict[str, Verifier], report: ChainReport
 ) -> None:
-    from audit.retention import file_sm3, verify_archive
-
     name = str(cp.extra.get("archive", ""))
     path = archive_dir / name
     if not name or "/" in name or name.startswith(".") or not path.is_file():

@@ -17,7 +17,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any
 
 import structlog
 
@@ -31,10 +31,6 @@ from audit.syslog_shipper import SyslogShipper
 
 log = structlog.get_logger("xinserve.audit")
 
-
-if TYPE_CHECKING:
-    from audit.log import AuditLog
-    from audit.recovery import RecoveryInfo
 
 UNAVAILABLE_MESSAGE = "the audit log cannot record this call (audit store unavailable); refusing it"
 
@@ -69,6 +65,17 @@ class _ChainState:
     needs_resync: bool = False
     pending_lost: int = 0
     backlog: collections.deque[AuditRecord] = field(default_factory=collections.deque)
+
+
+@dataclass(frozen=True, slots=True)
+class RecoveryInfo:
+    """What :meth:`AuditLog.open` found: a clean previous close, or a crash it recovered from."""
+
+    unclean_shutdown: bool
+    previous_checkpoint: int | None
+    unsigned_tail: int
+    """Records after the previous checkpoint, now covered by the recovery checkpoint."""
+    last_seq: int
 
 
 class LogCore:
@@ -134,7 +141,27 @@ class LogCore:
         self._wake.set()
         return await fut
 
-    async def run_in_writer(self, fn: Callable[[Store, AuditLog], Any]) -> Any:
+    def _shipping_blocked(self) -> bool:
+        return self._shipper is not None and self.failure_policy is FailurePolicy.FAIL_CLOSED and self._shipper.full
+
+    async def append(self, record: AuditRecord, *, _internal: bool = False) -> int | None:
+        """Append ``record``; return its sequence number once it is durably stored.
+
+        ``fail_closed``: raises :class:`AuditUnavailable` if it cannot be stored, or while the
+        anchor buffer of an unreachable syslog collector is full.
+        ``log_and_continue``: returns ``None`` instead (the record waits in a bounded backlog).
+        Raises :class:`AuditEncodingError` for a record that cannot be encoded.
+        """
+        if self._closed:
+            raise AuditUnavailable("the audit log is closed")
+        if not _internal and self._shipping_blocked():
+            raise AuditUnavailable(UNAVAILABLE_MESSAGE)
+        fut: asyncio.Future[int | None] = asyncio.get_running_loop().create_future()
+        self._pending.append(_Item("rec", record, fut))
+        self._wake.set()
+        return await fut
+
+    async def run_in_writer(self, fn: Callable[[Store, LogCore], Any]) -> Any:
         """Run ``fn(store, log)`` on the writer thread between batches (retention uses this)."""
         return await self._submit("call", fn)
 
@@ -219,11 +246,11 @@ class LogCore:
             fut = loop.run_in_executor(self._commit_executor, self._write_sync, prepared)
             inflight = (prepared, fut)
 
-    def _call_sync(self, fn: Callable[[Store, AuditLog], Any]) -> Any:
+    def _call_sync(self, fn: Callable[[Store, LogCore], Any]) -> Any:
         if self._store is None:
             self._store = self._store_factory()
             self._store.lock_writer(self.chain)
-        return fn(self._store, cast("AuditLog", self))  # LogCore is only ever an AuditLog's base
+        return fn(self._store, self)
 
     def _resync(self, store: Store) -> None:
         """After a failed commit, re-read the chain state (a commit may have landed after all)."""

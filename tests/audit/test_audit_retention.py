@@ -7,11 +7,12 @@ import asyncio
 import pytest
 from audit_helpers import Backend, FakeClock, rpc_record_factory
 
+from audit.archive import read_archive, verify_archive
 from audit.chain import CheckpointKind
 from audit.errors import AuditConfigError
 from audit.log import AuditLog
 from audit.records import EventType, decode_record
-from audit.retention import check_disk, read_archive, run_retention, verify_archive
+from audit.retention import check_disk, run_retention
 from audit.stores import open_store
 from audit.verify import verify_store
 
