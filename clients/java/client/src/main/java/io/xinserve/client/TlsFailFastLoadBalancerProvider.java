@@ -26,6 +26,12 @@ import java.util.Map;
  * io.xinserve.client.errors.TlsHandshakeException}), while other {@code UNAVAILABLE} failures
  * (connection refused, a restarting server) are still retried. Wait-for-ready calls keep the child's
  * decision: they wait for the channel as they asked.
+ *
+ * <p>With {@code "missingClientCertificate": "<id>"} in its config (a channel configured without a
+ * client certificate, {@link MissingClientCertificate}), a connection failure after a server asked
+ * for a client certificate is dropped the same way, as {@link MissingClientCertificate#status}: an
+ * mTLS server that closes the connection without a TLS alert then fails the call at its first
+ * attempt with a {@code TlsHandshakeException} naming the missing certificate.
  */
 final class TlsFailFastLoadBalancerProvider extends LoadBalancerProvider {
   /** The policy's name in a service config. */
@@ -50,8 +56,27 @@ final class TlsFailFastLoadBalancerProvider extends LoadBalancerProvider {
    * @return {@code {"xinserve_tls_fail_fast": {"childPolicy": [{childPolicy: {}}]}}}
    */
   static Map<String, Object> config(String childPolicy) {
-    return Map.of(POLICY_NAME, Map.of("childPolicy", List.of(Map.of(childPolicy, Map.of()))));
+    return config(childPolicy, null);
   }
+
+  /**
+   * As {@link #config(String)}, naming the channel's {@link MissingClientCertificate}.
+   *
+   * @param childPolicy a registered policy name such as {@code round_robin} or {@code pick_first}
+   * @param missingClientCertificate a {@link MissingClientCertificate#id()}, or {@code null}
+   * @return the service-config entry
+   */
+  static Map<String, Object> config(String childPolicy, String missingClientCertificate) {
+    Map<String, Object> inner = new java.util.LinkedHashMap<>();
+    inner.put("childPolicy", List.of(Map.of(childPolicy, Map.of())));
+    if (missingClientCertificate != null) {
+      inner.put("missingClientCertificate", missingClientCertificate);
+    }
+    return Map.of(POLICY_NAME, inner);
+  }
+
+  /** The parsed config: the child's, and the channel's missing-certificate tracker id. */
+  private record Config(Object child, String missingClientCertificate) {}
 
   @Override
   public boolean isAvailable() {
@@ -81,12 +106,20 @@ final class TlsFailFastLoadBalancerProvider extends LoadBalancerProvider {
       return ConfigOrError.fromError(
           Status.INVALID_ARGUMENT.withDescription(POLICY_NAME + ": childPolicy is required"));
     }
-    return GracefulSwitchLoadBalancer.parseLoadBalancingPolicyConfig((List<Map<String, ?>>) list);
+    ConfigOrError parsed =
+        GracefulSwitchLoadBalancer.parseLoadBalancingPolicyConfig((List<Map<String, ?>>) list);
+    if (parsed.getError() != null) {
+      return parsed;
+    }
+    Object id = rawConfig.get("missingClientCertificate");
+    return ConfigOrError.fromConfig(
+        new Config(parsed.getConfig(), id instanceof String s ? s : null));
   }
 
   /** Runs the child policy, wrapping each picker it publishes. */
   private static final class Balancer extends ForwardingLoadBalancer {
     private final GracefulSwitchLoadBalancer child;
+    private volatile MissingClientCertificate missing;
 
     Balancer(LoadBalancer.Helper helper) {
       this.child =
@@ -100,7 +133,11 @@ final class TlsFailFastLoadBalancerProvider extends LoadBalancerProvider {
                 @Override
                 public void updateBalancingState(
                     ConnectivityState state, LoadBalancer.SubchannelPicker picker) {
-                  helper.updateBalancingState(state, new Picker(picker));
+                  MissingClientCertificate m = missing;
+                  if (state == ConnectivityState.READY && m != null) {
+                    m.clear();
+                  }
+                  helper.updateBalancingState(state, new Picker(picker, m));
                 }
               });
     }
@@ -112,6 +149,10 @@ final class TlsFailFastLoadBalancerProvider extends LoadBalancerProvider {
 
     @Override
     public Status acceptResolvedAddresses(LoadBalancer.ResolvedAddresses addresses) {
+      if (addresses.getLoadBalancingPolicyConfig() instanceof Config config) {
+        missing = MissingClientCertificate.lookup(config.missingClientCertificate());
+        addresses = addresses.toBuilder().setLoadBalancingPolicyConfig(config.child()).build();
+      }
       return child.acceptResolvedAddresses(addresses);
     }
   }
@@ -119,9 +160,11 @@ final class TlsFailFastLoadBalancerProvider extends LoadBalancerProvider {
   /** Drops (never retried) a non-wait-for-ready call that would fail on a TLS failure. */
   private static final class Picker extends LoadBalancer.SubchannelPicker {
     private final LoadBalancer.SubchannelPicker delegate;
+    private final MissingClientCertificate missing;
 
-    Picker(LoadBalancer.SubchannelPicker delegate) {
+    Picker(LoadBalancer.SubchannelPicker delegate, MissingClientCertificate missing) {
       this.delegate = delegate;
+      this.missing = missing;
     }
 
     @Override
@@ -131,8 +174,13 @@ final class TlsFailFastLoadBalancerProvider extends LoadBalancerProvider {
       if (!status.isOk()
           && !result.isDrop()
           && !args.getCallOptions().isWaitForReady()
-          && XinserveExceptions.isTlsHandshakeFailure(status)) {
-        return LoadBalancer.PickResult.withDrop(status);
+          && status.getCode() == Status.Code.UNAVAILABLE) {
+        if (missing != null && missing.requested()) {
+          return LoadBalancer.PickResult.withDrop(MissingClientCertificate.status(status));
+        }
+        if (XinserveExceptions.isTlsHandshakeFailure(status)) {
+          return LoadBalancer.PickResult.withDrop(status);
+        }
       }
       return result;
     }

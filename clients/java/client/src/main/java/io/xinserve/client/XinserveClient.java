@@ -792,6 +792,11 @@ public final class XinserveClient implements AutoCloseable {
   }
 
   static Map<String, Object> serviceConfig(String loadBalancingPolicy, RetryPolicy retry) {
+    return serviceConfig(loadBalancingPolicy, retry, null);
+  }
+
+  static Map<String, Object> serviceConfig(
+      String loadBalancingPolicy, RetryPolicy retry, MissingClientCertificate missingCertificate) {
     Map<String, Object> config = new LinkedHashMap<>();
     // the chosen policy (gRPC's default pick_first if none) under the TLS fail-fast wrapper
     TlsFailFastLoadBalancerProvider.register();
@@ -801,7 +806,8 @@ public final class XinserveClient implements AutoCloseable {
             TlsFailFastLoadBalancerProvider.config(
                 loadBalancingPolicy != null && !loadBalancingPolicy.isEmpty()
                     ? loadBalancingPolicy
-                    : "pick_first")));
+                    : "pick_first",
+                missingCertificate == null ? null : missingCertificate.id())));
     if (retry != null && retry.enabled()) {
       List<Object> names = new ArrayList<>();
       for (String s : RETRIED_SERVICES) {
@@ -1212,6 +1218,7 @@ public final class XinserveClient implements AutoCloseable {
       ProtobufRuntimeCheck.verify();
       ManagedChannel owned = null;
       Channel base;
+      MissingClientCertificate missingCertificate = null;
       if (channel != null) {
         base = channel;
       } else {
@@ -1220,12 +1227,15 @@ public final class XinserveClient implements AutoCloseable {
           if (target == null) {
             throw new IllegalStateException("target (or channelBuilder/channel) is required");
           }
-          b = Grpc.newChannelBuilder(target, credentials());
+          if (!plaintext && keyManager == null && certChainPem == null) {
+            missingCertificate = MissingClientCertificate.register();
+          }
+          b = Grpc.newChannelBuilder(target, credentials(missingCertificate));
         }
         if (authority != null) {
           b.overrideAuthority(authority);
         }
-        b.defaultServiceConfig(serviceConfig(loadBalancingPolicy, retryPolicy));
+        b.defaultServiceConfig(serviceConfig(loadBalancingPolicy, retryPolicy, missingCertificate));
         if (retryPolicy.enabled()) {
           b.enableRetry();
           b.maxRetryAttempts(retryPolicy.maxAttempts());
@@ -1274,7 +1284,7 @@ public final class XinserveClient implements AutoCloseable {
           channel != null ? channel : owned);
     }
 
-    private ChannelCredentials credentials() {
+    private ChannelCredentials credentials(MissingClientCertificate missingCertificate) {
       if (plaintext) {
         return InsecureChannelCredentials.create();
       }
@@ -1290,6 +1300,8 @@ public final class XinserveClient implements AutoCloseable {
         } else if (certChainPem != null) {
           tls.keyManager(
               new ByteArrayInputStream(certChainPem), new ByteArrayInputStream(privateKeyPem));
+        } else if (missingCertificate != null) {
+          tls.keyManager(missingCertificate);
         }
         return tls.build();
       } catch (IOException e) {

@@ -20,6 +20,8 @@ import java.net.InetAddress;
 import java.net.InetSocketAddress;
 import java.net.ServerSocket;
 import java.net.Socket;
+import java.nio.file.Files;
+import java.nio.file.Path;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
@@ -29,6 +31,7 @@ import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
+import org.junit.jupiter.api.io.TempDir;
 
 /**
  * A real TLS gRPC server (Netty, grpc-java's test certificates) behind a TCP relay that counts the
@@ -40,6 +43,7 @@ import org.junit.jupiter.api.Timeout;
  */
 @Timeout(120)
 class TlsHandshakeFailureTest {
+  @TempDir Path tempDir;
   private Server server;
   private CountingRelay relay;
 
@@ -125,6 +129,83 @@ class TlsHandshakeFailureTest {
       assertThat(c.serverInfo().getServerVersion()).isEqualTo("tls");
       assertThat(counter.attempts()).isEqualTo(1);
       assertThat(relay.accepted()).isEqualTo(1);
+    }
+  }
+
+  /** A real mTLS server: grpc-java's test CA signs the client certificates it accepts. */
+  private static Server mutualTlsServer() throws IOException {
+    try (InputStream cert = TlsTesting.loadCert("server1.pem");
+        InputStream key = TlsTesting.loadCert("server1.key");
+        InputStream ca = TlsTesting.loadCert("ca.pem")) {
+      return NettyServerBuilder.forAddress(
+              new InetSocketAddress(InetAddress.getLoopbackAddress(), 0),
+              TlsServerCredentials.newBuilder()
+                  .keyManager(cert, key)
+                  .trustManager(ca)
+                  .clientAuth(TlsServerCredentials.ClientAuth.REQUIRE)
+                  .build())
+          .addService(
+              new ServerServiceGrpc.ServerServiceImplBase() {
+                @Override
+                public void getServerInfo(
+                    GetServerInfoRequest request, StreamObserver<GetServerInfoResponse> out) {
+                  out.onNext(GetServerInfoResponse.newBuilder().setServerVersion("mtls").build());
+                  out.onCompleted();
+                }
+              })
+          .build()
+          .start();
+    }
+  }
+
+  @Test
+  void anMtlsServerRefusingAClientWithoutCertificateFailsOnceNamingTheMissingCertificate()
+      throws Exception {
+    Server mtls = mutualTlsServer();
+    try {
+      AttemptCounter counter = new AttemptCounter();
+      try (InputStream ca = TlsTesting.loadCert("ca.pem");
+          XinserveClient c =
+              XinserveClient.builder()
+                  .address("127.0.0.1", mtls.getPort())
+                  .overrideAuthority("foo.test.google.fr")
+                  .trustCertificates(ca.readAllBytes())
+                  .retryPolicy(RetryPolicy.defaults())
+                  .unaryDeadline(Duration.ofSeconds(60))
+                  .intercept(counter)
+                  .build()) {
+        assertThatThrownBy(c::serverInfo)
+            .isInstanceOfSatisfying(
+                TlsHandshakeException.class,
+                e -> {
+                  assertThat(e.isRetryable()).isFalse();
+                  assertThat(e.getMessage())
+                      .contains("TLS handshake failed")
+                      .contains("client certificate");
+                });
+        assertThat(counter.attempts()).isEqualTo(1);
+      }
+      // the same server accepts the client once it presents a certificate of the trusted CA
+      Path cert = tempDir.resolve("client.pem");
+      Path key = tempDir.resolve("client.key");
+      try (InputStream in = TlsTesting.loadCert("client.pem")) {
+        Files.copy(in, cert);
+      }
+      try (InputStream in = TlsTesting.loadCert("client.key")) {
+        Files.copy(in, key);
+      }
+      try (InputStream ca = TlsTesting.loadCert("ca.pem");
+          XinserveClient c =
+              XinserveClient.builder()
+                  .address("127.0.0.1", mtls.getPort())
+                  .overrideAuthority("foo.test.google.fr")
+                  .trustCertificates(ca.readAllBytes())
+                  .clientCertificate(cert, key)
+                  .build()) {
+        assertThat(c.serverInfo().getServerVersion()).isEqualTo("mtls");
+      }
+    } finally {
+      mtls.shutdownNow().awaitTermination(10, TimeUnit.SECONDS);
     }
   }
 

@@ -76,11 +76,25 @@ class SecurityIT {
   }
 
   @Test
-  void mutualTlsListenerRefusesAClientWithoutCertificate() {
-    try (XinserveClient c = tls(servers.tlsPort).trustCertificates(servers.pki.caCert).build()) {
+  void mutualTlsListenerRefusesAClientWithoutCertificateAtTheFirstAttempt() {
+    AttemptCounter countAttempts = new AttemptCounter();
+    try (XinserveClient c = tls(servers.tlsPort)
+        .retryPolicy(RetryPolicy.defaults())
+        .intercept(countAttempts)
+        .trustCertificates(servers.pki.caCert)
+        .build()) {
+      // the server (gRPC C-core) closes the connection without a TLS alert after the handshake
       assertThatThrownBy(c::listModels)
-          .isInstanceOfAny(
-              TlsHandshakeException.class, UnavailableException.class, UnauthenticatedException.class);
+          .isInstanceOfSatisfying(
+              TlsHandshakeException.class,
+              e -> {
+                assertThat(e).isNotInstanceOf(UnavailableException.class);
+                assertThat(e.isRetryable()).isFalse();
+                assertThat(e.getMessage())
+                    .contains("requires a client certificate")
+                    .contains("clientCertificate(");
+              });
+      assertThat(countAttempts.attempts()).isEqualTo(1);
     }
   }
 
