@@ -27,6 +27,8 @@ from ._common import (
     ChatMessageLike,
     Prompt,
     Timeout,
+    ToolChoiceLike,
+    ToolLike,
     check_schema,
     decode_health_response,
     encode_health_request,
@@ -298,6 +300,9 @@ class AsyncXinserveClient(_ClientBase):
         *,
         add_generation_prompt: bool | None = None,
         allow_special_tokens: bool | None = None,
+        tools: Sequence[ToolLike] | None = None,
+        tool_choice: ToolChoiceLike | None = None,
+        parallel_tool_calls: bool | None = None,
         sampling_params: sampling_pb2.SamplingParams | None = None,
         request_id: str | None = None,
         timeout: Timeout = DEFAULT,
@@ -314,6 +319,15 @@ class AsyncXinserveClient(_ClientBase):
             add_generation_prompt: append the assistant-turn opener (server default: true).
             allow_special_tokens: let contents carry the tokenizer's special-token strings as
                 control tokens (server default: false, such content is INVALID_ARGUMENT).
+            tools: functions the model may call (``Tool`` protos or OpenAI ``tools`` dicts),
+                shown to the chat template. An assistant message's calls go in its dict as
+                ``"tool_calls": [{"id", "name", "arguments"}]`` (arguments: JSON text), a tool
+                result as ``{"role": "tool", "tool_call_id", "content"}``.
+            tool_choice: ``"none"``, ``"auto"`` (needs the model's tool-call parser),
+                ``"required"`` or ``{"type": "function", "function": {"name": ...}}``; the last
+                two are forced by structured output: the reply's text is then vLLM's
+                ``[{"name", "parameters"}]`` JSON, or the named function's arguments object.
+            parallel_tool_calls: false limits ``"required"`` to one call.
             Others: as :meth:`generate`.
 
         Returns:
@@ -323,8 +337,9 @@ class AsyncXinserveClient(_ClientBase):
             As :meth:`generate`; FailedPreconditionError for a model that cannot chat.
         """
         request = self._chat_request(
-            model, messages, sampling_params, request_id, add_generation_prompt, sampling, allow_special_tokens
-        )
+            model, messages, sampling_params, request_id, add_generation_prompt, sampling, allow_special_tokens,
+            tools, tool_choice, parallel_tool_calls,
+        )  # fmt: skip
         kwargs, rid = self._call_args(
             timeout=timeout, control=False, request_id=request_id, traceparent=traceparent,
             tracestate=tracestate, metadata=metadata,
@@ -338,6 +353,9 @@ class AsyncXinserveClient(_ClientBase):
         *,
         add_generation_prompt: bool | None = None,
         allow_special_tokens: bool | None = None,
+        tools: Sequence[ToolLike] | None = None,
+        tool_choice: ToolChoiceLike | None = None,
+        parallel_tool_calls: bool | None = None,
         sampling_params: sampling_pb2.SamplingParams | None = None,
         request_id: str | None = None,
         timeout: Timeout = DEFAULT,
@@ -353,8 +371,9 @@ class AsyncXinserveClient(_ClientBase):
             :meth:`generate_stream`). ``aclose()``/``close()`` cancels the call.
         """
         request = self._chat_request(
-            model, messages, sampling_params, request_id, add_generation_prompt, sampling, allow_special_tokens
-        )
+            model, messages, sampling_params, request_id, add_generation_prompt, sampling, allow_special_tokens,
+            tools, tool_choice, parallel_tool_calls,
+        )  # fmt: skip
         kwargs, rid = self._call_args(
             timeout=timeout, control=False, request_id=request_id, traceparent=traceparent,
             tracestate=tracestate, metadata=metadata,

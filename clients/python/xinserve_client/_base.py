@@ -14,12 +14,16 @@ from ._common import (
     Prompt,
     Timeout,
     TokenSource,
+    ToolChoiceLike,
+    ToolLike,
     build_sampling_params,
     call_metadata,
     channel_config,
     chat_messages,
     resolve_timeout,
     set_prompt,
+    tool_choice_proto,
+    tool_protos,
 )
 
 DEFAULT_TARGET = "127.0.0.1:50051"
@@ -136,8 +140,17 @@ class _ClientBase:
         add_generation_prompt: bool | None,
         sampling: dict[str, Any],
         allow_special_tokens: bool | None = None,
+        tools: Sequence[ToolLike] | None = None,
+        tool_choice: ToolChoiceLike | None = None,
+        parallel_tool_calls: bool | None = None,
     ) -> inference_pb2.ChatRequest:
         request = inference_pb2.ChatRequest(model=model, messages=chat_messages(messages), request_id=request_id or "")
+        if tools:
+            request.tools.extend(tool_protos(tools))
+        if tool_choice is not None:
+            request.tool_choice.CopyFrom(tool_choice_proto(tool_choice))
+        if parallel_tool_calls is not None:
+            request.parallel_tool_calls = parallel_tool_calls
         if add_generation_prompt is not None:
             request.add_generation_prompt = add_generation_prompt
         if allow_special_tokens is not None:

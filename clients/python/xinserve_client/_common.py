@@ -24,6 +24,8 @@ __all__ = [
     "PemSource",
     "Prompt",
     "TokenSource",
+    "ToolChoiceLike",
+    "ToolLike",
     "build_sampling_params",
 ]
 
@@ -150,6 +152,68 @@ def chat_messages(messages: Sequence[ChatMessageLike]) -> list[common_pb2.ChatMe
         else:
             raise TypeError(f"chat message must be a ChatMessage, dict or (role, content), got {message!r}")
     return out
+
+
+ToolLike = Union[common_pb2.Tool, Mapping[str, Any]]  # noqa: UP007
+"""A ``Tool`` proto, or an OpenAI chat ``tools`` entry: ``{"type": "function", "function":
+{"name", "description", "parameters"}}`` (``parameters`` a JSON Schema object)."""
+ToolChoiceLike = Union[str, inference_pb2.ToolChoice, Mapping[str, Any]]  # noqa: UP007
+"""``"none"``, ``"auto"``, ``"required"``, a ``ToolChoice`` proto, or OpenAI's named choice
+``{"type": "function", "function": {"name": ...}}``."""
+_TOOL_MODES = {
+    "none": inference_pb2.TOOL_CHOICE_MODE_NONE,
+    "auto": inference_pb2.TOOL_CHOICE_MODE_AUTO,
+    "required": inference_pb2.TOOL_CHOICE_MODE_REQUIRED,
+}
+
+
+def tool_protos(tools: Sequence[ToolLike]) -> list[common_pb2.Tool]:
+    """``Tool`` protos from protos or OpenAI ``tools`` dicts (``parameters`` serialised to
+    ``parameters_json``).
+
+    Raises:
+        TypeError: an entry that is neither, or an OpenAI entry not of type ``function``.
+    """
+    out: list[common_pb2.Tool] = []
+    for tool in tools:
+        if isinstance(tool, common_pb2.Tool):
+            out.append(tool)
+            continue
+        if (
+            not isinstance(tool, Mapping)
+            or tool.get("type") != "function"
+            or not isinstance(tool.get("function"), Mapping)
+        ):
+            raise TypeError(f'a tool must be a Tool or {{"type": "function", "function": {{...}}}}, got {tool!r}')
+        function = tool["function"]
+        parameters = function.get("parameters")
+        out.append(
+            common_pb2.Tool(
+                name=function.get("name", ""),
+                description=function.get("description") or "",
+                parameters_json="" if parameters is None else json.dumps(parameters, ensure_ascii=False),
+            )
+        )
+    return out
+
+
+def tool_choice_proto(choice: ToolChoiceLike) -> inference_pb2.ToolChoice:
+    """A ``ToolChoice`` from ``"none"``/``"auto"``/``"required"``, a proto, or OpenAI's named
+    choice dict.
+
+    Raises:
+        ValueError: another string, or a dict that is not a named choice.
+    """
+    if isinstance(choice, inference_pb2.ToolChoice):
+        return choice
+    if isinstance(choice, str):
+        if choice not in _TOOL_MODES:
+            raise ValueError(f'tool_choice must be "none", "auto", "required" or a named function, got {choice!r}')
+        return inference_pb2.ToolChoice(mode=_TOOL_MODES[choice])
+    function = choice.get("function") if isinstance(choice, Mapping) else None
+    if not isinstance(function, Mapping) or not isinstance(function.get("name"), str):
+        raise ValueError(f'tool_choice must be {{"type": "function", "function": {{"name": ...}}}}, got {choice!r}')
+    return inference_pb2.ToolChoice(function_name=function["name"])
 
 
 def read_pem(source: PemSource | None, what: str) -> bytes | None:
