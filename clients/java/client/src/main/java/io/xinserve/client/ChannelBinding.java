@@ -36,14 +36,39 @@ public final class ChannelBinding {
   /** Largest nonce the server accepts, in bytes. */
   public static final int MAX_NONCE = 64;
 
+  /** The Maven coordinates of the optional dependency that provides SM3. */
+  static final String BOUNCYCASTLE = "org.bouncycastle:bcprov-jdk18on";
+
   private ChannelBinding() {}
+
+  /**
+   * BouncyCastle is an optional dependency of the client: only the channel binding needs it.
+   *
+   * @throws IllegalStateException naming the dependency when it is not on the class path
+   */
+  private static void requireBouncyCastle() {
+    try {
+      Class.forName(
+          "org.bouncycastle.crypto.digests.SM3Digest", false, ChannelBinding.class.getClassLoader());
+    } catch (ClassNotFoundException | LinkageError e) {
+      throw new IllegalStateException(
+          "the attestation channel binding needs SM3 (GB/T 32905) from BouncyCastle, which is not"
+              + " on the class path: add the dependency "
+              + BOUNCYCASTLE
+              + " (1.87 or later)",
+          e);
+    }
+  }
 
   /**
    * @param certificate an X.509 certificate
    * @return the 32-byte SHA-256 of its SubjectPublicKeyInfo DER
    * @throws IllegalArgumentException if the certificate cannot be encoded or parsed
+   * @throws IllegalStateException if BouncyCastle ({@code org.bouncycastle:bcprov-jdk18on}, an
+   *     optional dependency) is not on the class path
    */
   public static byte[] spkiSha256(X509Certificate certificate) {
+    requireBouncyCastle();
     try {
       byte[] spki =
           Certificate.getInstance(certificate.getEncoded()).getSubjectPublicKeyInfo().getEncoded("DER");
@@ -62,8 +87,11 @@ public final class ChannelBinding {
    * @return the 64 report-data bytes the evidence must bind
    * @throws IllegalArgumentException for a nonce outside 16..64 bytes, an SPKI hash that is not 32
    *     bytes or a digest that is not {@code sm3:} and 64 hex characters
+   * @throws IllegalStateException if BouncyCastle ({@code org.bouncycastle:bcprov-jdk18on}, an
+   *     optional dependency) is not on the class path
    */
   public static byte[] reportData(byte[] nonce, byte[] spkiSha256, Collection<String> manifestDigests) {
+    requireBouncyCastle();
     if (nonce == null || nonce.length < MIN_NONCE || nonce.length > MAX_NONCE) {
       throw new IllegalArgumentException("nonce must be " + MIN_NONCE + " to " + MAX_NONCE + " bytes");
     }
