@@ -26,8 +26,8 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes
 
 from audit.principals import render_name
+from service.auth_settings import MtlsRoleRule, default_roles
 from service.call_context import Principal
-from service.config import MtlsRoleRule, default_roles
 
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 _PRINCIPAL = re.compile(r"^[\x21-\x7e]{1,256}$")

@@ -22,7 +22,7 @@ aggregate: per client address and reason, the first refusal of each
 ``limits.http_refusal_audit_interval_s`` gets its audit record, carrying
 ``similar_refusals_not_audited`` (how many of the same kind from that address went unrecorded
 since the last one); the others are counted and logged at most once per
-``http_connections.LOG_INTERVAL_S`` per reason (as connection refusals are), not audited one
+``service.logs.REFUSAL_LOG_INTERVAL_S`` per reason (as connection refusals are), not audited one
 by one, so an attacker cannot multiply audit records for free.
 """
 
@@ -37,12 +37,20 @@ from contextlib import contextmanager
 import grpc
 
 from service import metrics
-from service.http_connections import LOG_INTERVAL_S
-from service.logs import get_logger
-from service.openai_errors import REQUEST_BODY_TOO_SLOW, REQUEST_TIMEOUT, REQUEST_TOO_LARGE
+from service.logs import REFUSAL_LOG_INTERVAL_S, get_logger
 from service.status import RpcError
 
 log = get_logger("xinserve.http")
+
+REQUEST_TOO_LARGE = "REQUEST_TOO_LARGE"
+"""``ErrorInfo`` reason of a body over ``limits.max_http_body_bytes`` (HTTP 413)."""
+REQUEST_TIMEOUT = "REQUEST_TIMEOUT"
+"""``ErrorInfo`` reason of a request body not received within ``limits.http_body_timeout_s``
+(DEADLINE_EXCEEDED, HTTP 408 as RFC 9110 section 15.5.9 defines it)."""
+REQUEST_BODY_TOO_SLOW = "REQUEST_BODY_TOO_SLOW"
+"""``ErrorInfo`` reason of a request body arriving slower than
+``limits.http_body_min_rate_bytes_per_s`` after ``limits.http_body_rate_grace_s`` (DEADLINE_EXCEEDED,
+HTTP 408)."""
 
 BODY_RECEPTION_FULL = "BODY_RECEPTION_FULL"
 BODY_RECEPTION_PEER_SHARE = "BODY_RECEPTION_PEER_SHARE"
@@ -144,7 +152,7 @@ class BodyReception:
     def _log(self, reason: str) -> None:
         now = time.monotonic()
         self._unlogged[reason] += 1
-        if now - self._last_log.get(reason, -LOG_INTERVAL_S) >= LOG_INTERVAL_S:
+        if now - self._last_log.get(reason, -REFUSAL_LOG_INTERVAL_S) >= REFUSAL_LOG_INTERVAL_S:
             log.warning("http_body_refusals_not_audited", reason=reason.lower(), count=self._unlogged.pop(reason))
             self._last_log[reason] = now
 

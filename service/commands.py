@@ -13,7 +13,8 @@ from engine_backends.gguf_convert import ModelSourceError
 from engine_backends.platforms import DEVICE_CHOICES
 from service import logs
 from service.auth import TokenFileError, hash_token, new_token
-from service.config import ConfigError, default_roles, load_settings
+from service.auth_settings import default_roles
+from service.config import ConfigError, load_settings
 from service.listen_probe import ListenError, probe_listeners
 from service.tls_material import TlsMaterialError, load_tls_material
 from trust.errors import TrustStoreError

@@ -10,13 +10,12 @@ Every option is listed in the README's configuration reference.
 from __future__ import annotations
 
 import os
-import re
 from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -27,16 +26,14 @@ from pydantic_settings import (
 from audit.config import AuditSettings
 from engine_backends.builtin_models import BUILTIN_NAMES, DEFAULT_BUILTINS
 from engine_backends.platforms import DEVICE_CHOICES
+from service.auth_settings import AuthSettings
+from service.settings_model import SettingsModel
 from trust.tee.config import TeeSettings
 from xinserve_client.addresses import is_loopback_host, split_host_port
 
 
 class ConfigError(Exception):
     """Invalid configuration. The message names every bad option; safe to print."""
-
-
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid")
 
 
 def _is_loopback(address: str) -> bool:
@@ -48,7 +45,7 @@ def _check_address(address: str) -> str:
     return address
 
 
-class ListenSettings(_Model):
+class ListenSettings(SettingsModel):
     """Where the server listens: gRPC, and the OpenAI-compatible HTTP API."""
 
     plaintext: list[str] = Field(default_factory=lambda: ["127.0.0.1:50051"])
@@ -70,7 +67,7 @@ class ListenSettings(_Model):
         return [_check_address(a) for a in value]
 
 
-class TlsSettings(_Model):
+class TlsSettings(SettingsModel):
     """Server certificate and, for mTLS, the CA that signs client certificates (PEM files)."""
 
     cert_file: Path | None = None
@@ -79,88 +76,7 @@ class TlsSettings(_Model):
     """When set, TLS listeners require a client certificate signed by this CA (mTLS)."""
 
 
-class RoleSettings(_Model):
-    """One role of the authorization policy."""
-
-    methods: list[str]
-    """Method-name patterns (shell-style) the role may call: ``xinserve.v1.InferenceService/*``,
-    ``xinserve.v1.AuditService/QueryRecords``, ``openai/*``."""
-    models: list[str] = Field(default_factory=lambda: ["*"])
-    """Model-name patterns the role may use in inference calls."""
-    duty: Literal["system", "security", "audit"] | None = None
-    """Administrator duty (三员分立): one principal may not hold two different duties."""
-    act_for_others: bool = False
-    """May act on other principals' requests (``Abort`` of a request it did not start)."""
-
-
-_SERVER_STATE = ["xinserve.v1.ModelService/*", "xinserve.v1.ServerService/*", "xinserve.v1.AttestationService/*"]
-
-
-def default_roles() -> dict[str, RoleSettings]:
-    """The default policy (README, Security): ``user`` runs inference; ``admin`` (system
-    administrator) runs inference and may abort anyone's request; ``security_admin`` reads
-    server state; ``auditor`` (audit administrator) reads the audit log and server state.
-    Server state is ModelService, ServerService and AttestationService."""
-    inference = ["xinserve.v1.InferenceService/*", "openai/*"]
-    return {
-        "user": RoleSettings(methods=[*inference, *_SERVER_STATE]),
-        "admin": RoleSettings(methods=[*inference, *_SERVER_STATE], duty="system", act_for_others=True),
-        "security_admin": RoleSettings(methods=list(_SERVER_STATE), duty="security"),
-        "auditor": RoleSettings(methods=["xinserve.v1.AuditService/*", *_SERVER_STATE], duty="audit"),
-    }
-
-
-class MtlsRoleRule(_Model):
-    """Roles for mTLS principals whose certificate matches; the first matching rule applies."""
-
-    subject: str | None = None
-    """Regular expression that must match the whole subject (RFC 4514 string)."""
-    san: str | None = None
-    """Shell-style pattern that must match one subjectAltName (DNS name, URI or e-mail)."""
-    roles: list[str] = Field(min_length=1)
-
-    @model_validator(mode="after")
-    def _one_condition(self) -> MtlsRoleRule:
-        if self.subject is None and self.san is None:
-            raise ValueError("a rule needs subject or san")
-        if self.subject is not None:
-            try:
-                re.compile(self.subject)
-            except re.error as exc:
-                raise ValueError(f"subject: not a regular expression ({exc.msg})") from None
-        return self
-
-
-class AuthSettings(_Model):
-    """Who may call. The principal is the mTLS certificate subject or the token's principal."""
-
-    token_file: Path | None = None
-    """Lines ``<principal> <sha256-hex of the token> [roles,comma,separated]``; '#' comments.
-    Must not be accessible to its group or others (mode 0600); reloaded on SIGHUP."""
-    required: bool = False
-    """Refuse calls with neither a valid token nor a client certificate (UNAUTHENTICATED)."""
-    roles: dict[str, RoleSettings] = Field(default_factory=default_roles)
-    """The authorization policy: role name -> methods, models, duty (replaces the default)."""
-    anonymous_roles: list[str] = Field(default_factory=lambda: ["user"])
-    """Roles of callers without credentials (when ``required`` is false)."""
-    mtls_roles: list[MtlsRoleRule] = Field(default_factory=list)
-    """Roles of mTLS principals by certificate subject or subjectAltName."""
-    mtls_default_roles: list[str] = Field(default_factory=lambda: ["user"])
-    """Roles of an mTLS principal no rule matches."""
-    allow_conflicting_roles: bool = False
-    """Allow a principal to hold roles of different duties (not for production)."""
-    allow_insecure_token_file_permissions: bool = False
-    """Warn instead of refusing to start (or reload) when ``token_file`` is accessible to its
-    group or others (not for production)."""
-    max_failed_logins: int = Field(default=10, ge=1)
-    """Failed logins (refused or expired tokens) from one peer host, or for one principal,
-    within ``failed_login_window_s`` that lock it out for ``lockout_s``."""
-    failed_login_window_s: float = Field(default=60.0, gt=0)
-    lockout_s: float = Field(default=300.0, ge=0)
-    """While locked out, every call is RESOURCE_EXHAUSTED (``LOGIN_THROTTLED``) with RetryInfo."""
-
-
-class EngineArgsSettings(_Model):
+class EngineArgsSettings(SettingsModel):
     """vLLM engine arguments (names as vLLM's EngineArgs). None = vLLM's or the device's default."""
 
     dtype: str | None = None
@@ -186,7 +102,7 @@ class EngineArgsSettings(_Model):
         return {k: v for k, v in self.model_dump().items() if v is not None and k not in ("device", "visible_devices")}
 
 
-class ModelSettings(_Model):
+class ModelSettings(SettingsModel):
     """A model served from a local directory."""
 
     name: str = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9._:/-]*$")
@@ -214,7 +130,7 @@ class ModelSettings(_Model):
         return value
 
 
-class TrustSettings(_Model):
+class TrustSettings(SettingsModel):
     """Signature verification of models (and of the running image) before anything is served."""
 
     trust_store_dir: Path | None = None
@@ -243,7 +159,7 @@ class EngineSettings(EngineArgsSettings):
         return value
 
 
-class DevicesSettings(_Model):
+class DevicesSettings(SettingsModel):
     """The device inventory read in the background (``GetServerInfo.devices``, the
     ``xinserve_device_*`` gauges): how often, and how long one vendor tool may take."""
 
@@ -270,7 +186,7 @@ class DevicesSettings(_Model):
         return self
 
 
-class AdmissionSettings(_Model):
+class AdmissionSettings(SettingsModel):
     """Admission control for inference calls."""
 
     max_in_flight: int = Field(default=64, ge=1)
@@ -281,7 +197,7 @@ class AdmissionSettings(_Model):
     """The retry delay suggested in RetryInfo."""
 
 
-class LimitsSettings(_Model):
+class LimitsSettings(SettingsModel):
     """Bounds on request size (all checked before the engine sees the request)."""
 
     max_message_bytes: int = Field(default=64 * 1024 * 1024, ge=1024, le=2**31 - 1)
@@ -443,7 +359,7 @@ class Settings(BaseSettings):
                 raise ValueError(f"models: {m.name}: no such model directory: {m.path}")
         if self.metrics_listen is not None:
             _check_address(self.metrics_listen)
-        from service.policy import AccessPolicy, PolicyError  # here: service.policy imports this module
+        from service.policy import AccessPolicy, PolicyError
 
         try:
             AccessPolicy(self.auth)

@@ -19,7 +19,7 @@ holds the rules one listener set shares:
 
 Refusals are not audited one by one (they precede any call, and an attacker could multiply
 them for free): each is counted in ``xinserve_http_connections_refused_total{reason}`` and
-logged at most once per ``LOG_INTERVAL_S`` per reason, with the number refused since.
+logged at most once per ``REFUSAL_LOG_INTERVAL_S`` per reason, with the number refused since.
 
 When ``accept()`` itself fails for want of descriptors or memory (``EMFILE``, ``ENFILE``,
 ``ENOBUFS``, ``ENOMEM``), asyncio's selector loop retries the listening socket a second later
@@ -41,14 +41,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from service import metrics
-from service.logs import get_logger
+from service.logs import REFUSAL_LOG_INTERVAL_S, get_logger
 
 log = get_logger("xinserve.http")
 
 DESCRIPTOR_RESERVE = 512
 """Descriptors of the process's ``RLIMIT_NOFILE`` the HTTP listeners never take: for gRPC
 connections, health probes, the audit store, engines' IPC and model files."""
-LOG_INTERVAL_S = 10.0
 """At most one log line per refusal reason in this many seconds."""
 
 HEADER_TOO_LARGE = "header_too_large"
@@ -133,11 +132,11 @@ class ConnectionGuard:
             del self.open_by_peer[peer]
 
     def refused(self, reason: str) -> None:
-        """Count a refusal and log it, at most once per ``LOG_INTERVAL_S`` per reason."""
+        """Count a refusal and log it, at most once per ``REFUSAL_LOG_INTERVAL_S`` per reason."""
         metrics.HTTP_CONNECTIONS_REFUSED.labels(reason).inc()
         now = time.monotonic()
         self._unlogged[reason] += 1
-        if now - self._last_log.get(reason, -LOG_INTERVAL_S) >= LOG_INTERVAL_S:
+        if now - self._last_log.get(reason, -REFUSAL_LOG_INTERVAL_S) >= REFUSAL_LOG_INTERVAL_S:
             log.warning("http_connections_refused", reason=reason, count=self._unlogged.pop(reason))
             self._last_log[reason] = now
 
@@ -168,7 +167,7 @@ ExceptionHandler = Callable[[asyncio.AbstractEventLoop, dict[str, Any]], object]
 def accept_error_handler(guard: ConnectionGuard, previous: ExceptionHandler | None) -> ExceptionHandler:
     """A loop exception handler (``loop.set_exception_handler``) that turns asyncio's
     ``socket.accept() out of system resource`` reports into ``guard.refused``
-    (``accept_out_of_resources``: counted, logged at most once per ``LOG_INTERVAL_S``) and
+    (``accept_out_of_resources``: counted, logged at most once per ``REFUSAL_LOG_INTERVAL_S``) and
     passes every other report to ``previous`` (or the loop's default handler)."""
 
     def handle(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:

@@ -43,6 +43,11 @@ def configure(log_format: str = "auto", level: str = "info") -> None:
     root.setLevel(max(numeric, logging.WARNING))
 
 
+REFUSAL_LOG_INTERVAL_S = 10.0
+"""Refusals a peer can repeat for free (connections over a cap, bodies past a share) are logged
+at most once per this many seconds per reason, with the number refused since."""
+
+
 class ExceptionSummary:
     """structlog processor: an event's ``exc_info`` becomes ``exception``, a list (outermost
     first, then each ``__cause__``/``__context__``) of ``{"type": "module.QualName"}``, with
@@ -89,7 +94,7 @@ def _as_text(chain: list[dict[str, object]]) -> str:
     for i, entry in enumerate(chain):
         lines.append(f"{'caused by ' if i else ''}{entry['type']}")
         for frame in entry.get("frames") or []:  # type: ignore[attr-defined]
-            lines.append(f"  File \"{frame['filename']}\", line {frame['lineno']}, in {frame['name']}")
+            lines.append(f'  File "{frame["filename"]}", line {frame["lineno"]}, in {frame["name"]}')
     return "\n".join(lines)
 
 

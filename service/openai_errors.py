@@ -13,6 +13,7 @@ from typing import Any
 
 import grpc
 
+from service.body_reception import REQUEST_BODY_TOO_SLOW, REQUEST_TIMEOUT, REQUEST_TOO_LARGE
 from service.openai_mapping import openai_param
 from service.status import RpcError
 
@@ -32,19 +33,10 @@ _HTTP: dict[grpc.StatusCode, tuple[int, str]] = {
     grpc.StatusCode.UNAVAILABLE: (503, "service_unavailable_error"),
     grpc.StatusCode.DEADLINE_EXCEEDED: (504, "timeout_error"),
 }
-REQUEST_TOO_LARGE = "REQUEST_TOO_LARGE"
-"""``ErrorInfo`` reason of a body over ``limits.max_http_body_bytes`` (HTTP 413)."""
 METHOD_NOT_ALLOWED = "METHOD_NOT_ALLOWED"
 """``ErrorInfo`` reason of a known path called with another HTTP method (HTTP 405)."""
 UNSUPPORTED_MEDIA_TYPE = "UNSUPPORTED_MEDIA_TYPE"
 """``ErrorInfo`` reason of a request body that is not declared ``application/json`` (HTTP 415)."""
-REQUEST_TIMEOUT = "REQUEST_TIMEOUT"
-"""``ErrorInfo`` reason of a request body not received within ``limits.http_body_timeout_s``
-(DEADLINE_EXCEEDED, HTTP 408 as RFC 9110 section 15.5.9 defines it)."""
-REQUEST_BODY_TOO_SLOW = "REQUEST_BODY_TOO_SLOW"
-"""``ErrorInfo`` reason of a request body arriving slower than
-``limits.http_body_min_rate_bytes_per_s`` after ``limits.http_body_rate_grace_s`` (DEADLINE_EXCEEDED,
-HTTP 408)."""
 
 
 def http_error(err: RpcError, *, chat: bool = False) -> tuple[int, dict[str, Any], dict[str, str]]:

@@ -39,17 +39,12 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
-from service.body_reception import receive_body
+from service.body_reception import REQUEST_TOO_LARGE, receive_body
 from service.call_context import CallRecord
 from service.call_core import CallCore, Started, Transport
 from service.inference import Inference
 from service.login_throttle import peer_host
-from service.openai_errors import (
-    METHOD_NOT_ALLOWED,
-    REQUEST_TOO_LARGE,
-    UNSUPPORTED_MEDIA_TYPE,
-    http_error,
-)
+from service.openai_errors import METHOD_NOT_ALLOWED, UNSUPPORTED_MEDIA_TYPE, http_error
 from service.openai_mapping import (
     StreamChunks,
     chat_request,

@@ -26,8 +26,8 @@ from collections.abc import Iterable
 
 import grpc
 
+from service.auth_settings import AuthSettings, RoleSettings
 from service.call_context import Principal
-from service.config import AuthSettings, RoleSettings
 from service.status import RpcError
 from xinserve.v1 import audit_pb2, inference_pb2
 

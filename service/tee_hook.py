@@ -13,10 +13,11 @@ from __future__ import annotations
 import asyncio
 import os
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from audit import EventType
 from service.logs import get_logger
+from service.model_entry import ModelEntry, ModelState
 from trust.sm3 import sm3_hex
 from trust.tee.config import TeeSettings
 from trust.tee.errors import EvidenceError, KeyReleaseError, TeeError, TeeReason
@@ -27,8 +28,16 @@ from trust.tee.model_release import DecryptionFailed, KeyRelease, release_and_de
 from trust.tee.private_dir import PrivateDir
 from trust.tee.providers import provider_from_settings
 
-if TYPE_CHECKING:
-    from service.runtime import ModelEntry, Runtime
+
+class ModelRuntime(Protocol):
+    """What the hook needs of ``service.runtime.Runtime``: audit events and model states."""
+
+    async def audit_event(self, event: Any, outcome: str = "OK", **detail: Any) -> None: ...
+
+    async def mark(
+        self, entry: ModelEntry, state: ModelState, reason: str = "", code: str = "", detail: str = ""
+    ) -> None: ...
+
 
 log = get_logger("xinserve.tee")
 
@@ -66,7 +75,7 @@ class TeeHook:
         return bool(self.provider.recorded)
 
     @classmethod
-    async def start(cls, settings: TeeSettings, runtime: Runtime) -> TeeHook:
+    async def start(cls, settings: TeeSettings, runtime: ModelRuntime) -> TeeHook:
         """Build the provider and, unless it is ``none``, collect evidence once (audited).
 
         Raises TeeStartupError when the provider cannot be built or collects nothing.
@@ -103,7 +112,7 @@ class TeeHook:
         await hook.audit_evidence(runtime, evidence, "startup")
         return hook
 
-    async def audit_evidence(self, runtime: Runtime, evidence: Evidence, purpose: str, **extra: Any) -> None:
+    async def audit_evidence(self, runtime: ModelRuntime, evidence: Evidence, purpose: str, **extra: Any) -> None:
         await runtime.audit_event(
             EventType.ATTESTATION_COLLECTED,
             purpose=purpose,
@@ -116,13 +125,12 @@ class TeeHook:
         )
         log.info("attestation_collected", purpose=purpose, tee=evidence.tee, recorded=evidence.recorded)
 
-    async def prepare_model(self, runtime: Runtime, entry: ModelEntry) -> bool:
+    async def prepare_model(self, runtime: ModelRuntime, entry: ModelEntry) -> bool:
         """For an encrypted model: release its key, decrypt it to tmpfs and point the engine there.
 
         Returns True when the model may load (not encrypted, or decrypted); False after marking it
         FAILED with a precise reason (no key, no load).
         """
-        from service.runtime import ModelState
 
         source = entry.load_path or entry.path
         if not await asyncio.to_thread(is_encrypted, source):
@@ -182,7 +190,7 @@ class TeeHook:
         log.info("encrypted_model_decrypted", model=entry.name, resource=resource)
         return True
 
-    async def _audit_release(self, runtime: Runtime, entry: ModelEntry, release: KeyRelease) -> None:
+    async def _audit_release(self, runtime: ModelRuntime, entry: ModelEntry, release: KeyRelease) -> None:
         await runtime.audit_event(
             EventType.ATTESTATION_COLLECTED,
             purpose="key_release",

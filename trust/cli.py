@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from trust.errors import KeyFormatError, Reason, SigningError, TrustError, TrustStoreError, VerificationError
+from trust.key_files import read_private_key
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -58,14 +59,6 @@ def _progress(enabled: bool, desc: str) -> Iterator[tuple[Callable[[int], None],
         yield on_total, bar.update
     finally:
         bar.close()
-
-
-def _read_private_key(args: argparse.Namespace) -> Any:
-    from trust.sm2 import Sm2PrivateKey, load_password
-
-    password = load_password(args.password) if args.password else None
-    data = Path(args.key).read_bytes()
-    return Sm2PrivateKey.from_pem(data, password)
 
 
 def _trust_store(path: str) -> Any:
@@ -121,10 +114,10 @@ def _write_new(path: Path, data: bytes, mode: int, force: bool) -> None:
 
 
 def _keys_generate(args: argparse.Namespace) -> int:
-    from trust.key_files import MIN_NEW_KEY_PASSWORD_LENGTH
-    from trust.sm2 import Sm2PrivateKey, load_password
+    from trust.key_files import MIN_NEW_KEY_PASSWORD_LENGTH, read_password_spec
+    from trust.sm2 import Sm2PrivateKey
 
-    password = load_password(args.password, min_length=MIN_NEW_KEY_PASSWORD_LENGTH) if args.password else None
+    password = read_password_spec(args.password, min_length=MIN_NEW_KEY_PASSWORD_LENGTH) if args.password else None
     if password is None and not args.no_password:
         _err("give --password env:VAR|file:PATH to protect the private key, or --no-password")
         return EXIT_USAGE
@@ -183,7 +176,7 @@ def _sign_model(args: argparse.Namespace) -> int:
     if not model_dir.is_dir():
         _err(f"{model_dir} is not a directory")
         return EXIT_ENV
-    key = _read_private_key(args)
+    key = read_private_key(args.key, args.password)
     ignore = list(DEFAULT_IGNORE) + list(args.ignore or [])
     name = args.name or model_dir.resolve().name
     with _progress(not args.no_progress, "hashing") as (on_total, advance):
@@ -212,7 +205,7 @@ def _verify_model(args: argparse.Namespace) -> int:
 def _sign_image(args: argparse.Namespace) -> int:
     from trust.image_signing import sign_image, sign_image_layout
 
-    key = _read_private_key(args)
+    key = read_private_key(args.key, args.password)
     if args.layout:
         envelope, desc = sign_image_layout(args.layout, key, args.reference, ref_name=args.ref_name, attach=args.attach)
         digest = desc.digest

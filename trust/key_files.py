@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import stat
 from pathlib import Path
+from typing import Any
 
 import structlog
 
@@ -102,3 +103,18 @@ def read_password_spec(spec: str, *, allow_insecure: bool = False, min_length: i
         raise KeyFormatError(str(exc)) from None
     assert password is not None
     return password
+
+
+def read_private_key(path: str | os.PathLike[str], password_spec: str | None = None) -> Any:
+    """The SM2 private key (``trust.sm2.Sm2PrivateKey``) in the PEM file ``path`` (PKCS#8, or
+    encrypted PKCS#8 opened with the password from ``password_spec``: ``env:VAR`` or
+    ``file:PATH``, read by :func:`read_password_spec`).
+
+    Raises:
+        KeyFormatError: not an SM2 private key, a wrong password, or a bad password source.
+        OSError: the file cannot be read.
+    """
+    from trust.sm2 import Sm2PrivateKey
+
+    password = read_password_spec(password_spec) if password_spec else None
+    return Sm2PrivateKey.from_pem(Path(path).read_bytes(), password)

@@ -451,15 +451,6 @@ def _pkcs8_decrypt(der: bytes, password: bytes) -> bytes:
         raise KeyFormatError("wrong password for the private key (or the key file is corrupt)") from None
 
 
-def load_password(spec: str, *, min_length: int = 0) -> bytes:
-    """Helper for CLIs: ``env:VAR`` or ``file:PATH`` → password bytes, through the strict reader
-    ``trust.key_files.read_password_spec`` (a file 0600, its first line, never empty, at least
-    ``min_length`` characters). Raises ``KeyFormatError`` and ``OSError``."""
-    from trust.key_files import read_password_spec
-
-    return read_password_spec(spec, min_length=min_length)
-
-
 def b64decode_strict(text: str | bytes) -> bytes:
     """Strict standard base64 (padding required, no stray characters)."""
     if isinstance(text, str):

@@ -54,11 +54,10 @@ def _encrypt_model(args: argparse.Namespace) -> int:
         raise FileNotFoundError(2, "model directory not found", str(source))
     signer = None
     if args.sign_key:
-        from trust.cli import _read_private_key
+        from trust.key_files import read_private_key
 
-        args.key = args.sign_key
         try:
-            signer = _read_private_key(args)
+            signer = read_private_key(args.sign_key, args.password)
         except KeyFormatError as exc:
             raise KeyFormatError(f"--sign-key: {exc}") from None
     key_file = Path(args.key_file)
