@@ -29,7 +29,7 @@ from service.convert import extend_positions_bounded, fill_completion_output_bou
 from service.policy import AccessPolicy
 from service.runtime import Runtime
 from service.status import RpcError
-from service.tools import ToolPlan, add_history_tool_fields, check_auto, check_tools
+from service.tools import ToolPlan, add_history_tool_fields, check_auto, check_tools, forced_calls
 from service.validation import (
     REQUEST_ID,
     REQUEST_ID_RULE,
@@ -158,6 +158,13 @@ class Inference:
     # -- request preparation -----------------------------------------------------------
 
     def prepare(self, request, info: CallRecord, *, chat: bool, stream: bool) -> tuple[Engine, GenerateInput]:
+        """As ``_prepare``, without the tool plan."""
+        engine, gen, _ = self._prepare(request, info, chat=chat, stream=stream)
+        return engine, gen
+
+    def _prepare(
+        self, request, info: CallRecord, *, chat: bool, stream: bool
+    ) -> tuple[Engine, GenerateInput, ToolPlan]:
         """Validate a Generate or Chat request into the engine's input (all field violations
         at once, then the model's status).
 
@@ -242,7 +249,7 @@ class Inference:
             stream=stream,
             trace_headers=dict(info.trace_headers) or None,
         )
-        return engine, gen
+        return engine, gen, plan
 
     async def run(self, engine: Engine, gen: GenerateInput, info: CallRecord) -> AsyncIterator[GenerationUpdate]:
         """The engine's updates, counted into the record and the metrics; closing this
@@ -321,7 +328,7 @@ class Inference:
     # -- unary -------------------------------------------------------------------------
 
     async def _unary(self, request, info: CallRecord, response_cls, *, chat: bool):
-        engine, gen = self.prepare(request, info, chat=chat, stream=False)
+        engine, gen, plan = self._prepare(request, info, chat=chat, stream=False)
         final: GenerationUpdate | None = None
         by_index = {}
         async for update in self.run(engine, gen, info):
@@ -332,7 +339,9 @@ class Inference:
             raise RpcError(grpc.StatusCode.INTERNAL, "the engine returned no output", "ENGINE_NO_OUTPUT")
         response = response_cls(request_id=gen.request_id, usage=self._usage(final, info))
         for i in sorted(by_index):
-            await fill_completion_output_bounded(response.outputs.add(), by_index[i])
+            output = response.outputs.add()
+            await fill_completion_output_bounded(output, by_index[i])
+            output.tool_calls.extend(forced_calls(output.text, plan))
         if not chat and final.prompt_logprobs:
             await extend_positions_bounded(response.prompt_logprobs, final.prompt_logprobs)
         return response
@@ -359,7 +368,8 @@ class Inference:
         by vLLM's ``RequestOutputCollector`` while this generator waits for the previous
         message to be sent, so several tokens leave as one message; the deltas still
         concatenate to the unary answer."""
-        engine, gen = self.prepare(request, info, chat=chat, stream=True)
+        engine, gen, plan = self._prepare(request, info, chat=chat, stream=True)
+        texts: dict[int, list[str]] = {}
         rid = gen.request_id
         finished: set[int] = set()
         first = True
@@ -367,10 +377,14 @@ class Inference:
             messages = []
             for chunk in update.completions:
                 final_for_index = chunk.finish_reason is not None and chunk.index not in finished
+                if plan.schema is not None and chunk.text:
+                    texts.setdefault(chunk.index, []).append(chunk.text)
                 if final_for_index:
                     finished.add(chunk.index)
                     msg = message_cls()
                     fill_stream_message(msg, rid, chunk, True)
+                    if plan.schema is not None:
+                        msg.tool_calls.extend(forced_calls("".join(texts.pop(chunk.index, [])), plan))
                 elif not chunk.text and not chunk.token_ids:
                     continue
                 elif chunk.logprobs:

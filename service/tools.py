@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import json
 import re
+import secrets
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from engine_backends.tool_calls import forced_tool_schema
 from service.validation import Violations, check_text_size
-from xinserve.v1 import inference_pb2
+from xinserve.v1 import common_pb2, inference_pb2
 
 MAX_TOOLS = 128
 """Most tools one request may give (OpenAI's API allows 128)."""
@@ -159,3 +160,31 @@ def check_auto(plan: ToolPlan, parser: str | None, v: Violations) -> None:
             '"auto" (the default when tools are given) needs a tool-call parser, and none is '
             'configured for this model (models[].tool_call_parser); give "none", "required" or a named function',
         )
+
+
+def tool_call_id() -> str:
+    """A new tool call id: ``call_`` and 24 random hex digits (OpenAI's ``call_...`` form)."""
+    return "call_" + secrets.token_hex(12)
+
+
+def forced_calls(text: str, plan: ToolPlan) -> list[common_pb2.ToolCall]:
+    """The tool calls in a reply whose text structured output forced (``plan.schema`` set):
+    vLLM's ``[{"name", "parameters"}, ...]`` for ``required``, the function's arguments
+    object for ``named``; empty when the text is not that JSON (cut by ``max_tokens``).
+    Arguments are JSON text; each call gets a new id."""
+    if plan.schema is None:
+        return []
+    try:
+        value = json.loads(text)
+    except (ValueError, RecursionError):
+        return []
+    if plan.mode == "named":
+        calls = [(plan.function_name or "", value)] if isinstance(value, dict) else []
+    elif isinstance(value, list) and all(isinstance(c, dict) and isinstance(c.get("name"), str) for c in value):
+        calls = [(c["name"], c.get("parameters", {})) for c in value]
+    else:
+        calls = []
+    return [
+        common_pb2.ToolCall(id=tool_call_id(), name=name, arguments=json.dumps(arguments, ensure_ascii=False))
+        for name, arguments in calls
+    ]

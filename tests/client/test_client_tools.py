@@ -57,13 +57,25 @@ async def test_named_tool_choice_over_grpc_answers_the_arguments(live_server):
         {"role": "tool", "tool_call_id": "call_1", "content": "rain"},
         {"role": "user", "content": "and Paris?"},
     ]
+    named = {"type": "function", "function": {"name": "get_weather"}}
+    messages = [common_pb2.ChatMessage(**m) for m in history]
     async with AsyncXinserveClient(live_server.target) as client:
-        reply = await client.chat(
-            TINY,
-            [common_pb2.ChatMessage(**m) for m in history],
-            tools=TOOLS,
-            tool_choice={"type": "function", "function": {"name": "get_weather"}},
-            max_tokens=40,
-            temperature=0.0,
-        )
-    jsonschema.validate(json.loads(reply.outputs[0].text), WEATHER)
+        reply = await client.chat(TINY, messages, tools=TOOLS, tool_choice=named, max_tokens=40, temperature=0.0)
+        streamed = [
+            m
+            async for m in client.chat_stream(
+                TINY, messages, tools=TOOLS, tool_choice=named, max_tokens=40, temperature=0.0
+            )
+        ]
+    (out,) = reply.outputs
+    arguments = json.loads(out.text)
+    jsonschema.validate(arguments, WEATHER)
+    (call,) = out.tool_calls
+    assert call.name == "get_weather" and call.id.startswith("call_")
+    assert json.loads(call.arguments) == arguments
+    # Streamed: the deltas carry the same text; the index's last message carries the call.
+    assert "".join(m.text for m in streamed) == out.text
+    (last,) = [m for m in streamed if m.finish_reason]
+    (streamed_call,) = last.tool_calls
+    assert (streamed_call.name, json.loads(streamed_call.arguments)) == ("get_weather", arguments)
+    assert all(not m.tool_calls for m in streamed if m is not last)

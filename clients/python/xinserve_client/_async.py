@@ -326,7 +326,8 @@ class AsyncXinserveClient(_ClientBase):
             tool_choice: ``"none"``, ``"auto"`` (needs the model's tool-call parser),
                 ``"required"`` or ``{"type": "function", "function": {"name": ...}}``; the last
                 two are forced by structured output: the reply's text is then vLLM's
-                ``[{"name", "parameters"}]`` JSON, or the named function's arguments object.
+                ``[{"name", "parameters"}]`` JSON, or the named function's arguments object,
+                and ``outputs[i].tool_calls`` the calls read from it.
             parallel_tool_calls: false limits ``"required"`` to one call.
             Others: as :meth:`generate`.
 

@@ -26,7 +26,7 @@ from xinserve.v1 import common_pb2 as xinserve_dot_v1_dot_common__pb2
 from xinserve.v1 import sampling_pb2 as xinserve_dot_v1_dot_sampling__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1bxinserve/v1/inference.proto\x12\x0bxinserve.v1\x1a\x18xinserve/v1/common.proto\x1a\x1axinserve/v1/sampling.proto\"\x94\x01\n\x0fGenerateRequest\x12\r\n\x05model\x18\x01 \x01(\t\x12\x0e\n\x06prompt\x18\x02 \x01(\t\x12\x18\n\x10prompt_token_ids\x18\x03 \x03(\x05\x12\x34\n\x0fsampling_params\x18\x04 \x01(\x0b\x32\x1b.xinserve.v1.SamplingParams\x12\x12\n\nrequest_id\x18\x05 \x01(\t\"\x9c\x02\n\x10\x43ompletionOutput\x12\r\n\x05index\x18\x01 \x01(\r\x12\x0c\n\x04text\x18\x02 \x01(\t\x12\x11\n\ttoken_ids\x18\x03 \x03(\x05\x12\x30\n\rfinish_reason\x18\x04 \x01(\x0e\x32\x19.xinserve.v1.FinishReason\x12\x15\n\x0bstop_string\x18\x05 \x01(\tH\x00\x12\x17\n\rstop_token_id\x18\x06 \x01(\x05H\x00\x12/\n\x08logprobs\x18\x07 \x03(\x0b\x32\x1d.xinserve.v1.PositionLogprobs\x12\x1f\n\x12\x63umulative_logprob\x18\x08 \x01(\x01H\x01\x88\x01\x01\x42\r\n\x0bstop_reasonB\x15\n\x13_cumulative_logprob\"\xb1\x01\n\x10GenerateResponse\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12.\n\x07outputs\x18\x02 \x03(\x0b\x32\x1d.xinserve.v1.CompletionOutput\x12!\n\x05usage\x18\x03 \x01(\x0b\x32\x12.xinserve.v1.Usage\x12\x36\n\x0fprompt_logprobs\x18\x04 \x03(\x0b\x32\x1d.xinserve.v1.PositionLogprobs\"\xd9\x02\n\x16GenerateStreamResponse\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\r\n\x05index\x18\x02 \x01(\r\x12\x0c\n\x04text\x18\x03 \x01(\t\x12\x11\n\ttoken_ids\x18\x04 \x03(\x05\x12\x30\n\rfinish_reason\x18\x05 \x01(\x0e\x32\x19.xinserve.v1.FinishReason\x12\x15\n\x0bstop_string\x18\x06 \x01(\tH\x00\x12\x17\n\rstop_token_id\x18\x07 \x01(\x05H\x00\x12/\n\x08logprobs\x18\x08 \x03(\x0b\x32\x1d.xinserve.v1.PositionLogprobs\x12!\n\x05usage\x18\t \x01(\x0b\x32\x12.xinserve.v1.Usage\x12\x36\n\x0fprompt_logprobs\x18\n \x03(\x0b\x32\x1d.xinserve.v1.PositionLogprobsB\r\n\x0bstop_reason\"\x96\x03\n\x0b\x43hatRequest\x12\r\n\x05model\x18\x01 \x01(\t\x12*\n\x08messages\x18\x02 \x03(\x0b\x32\x18.xinserve.v1.ChatMessage\x12\x34\n\x0fsampling_params\x18\x03 \x01(\x0b\x32\x1b.xinserve.v1.SamplingParams\x12\x12\n\nrequest_id\x18\x04 \x01(\t\x12\"\n\x15\x61\x64\x64_generation_prompt\x18\x05 \x01(\x08H\x00\x88\x01\x01\x12!\n\x14\x61llow_special_tokens\x18\x06 \x01(\x08H\x01\x88\x01\x01\x12 \n\x05tools\x18\x07 \x03(\x0b\x32\x11.xinserve.v1.Tool\x12,\n\x0btool_choice\x18\x08 \x01(\x0b\x32\x17.xinserve.v1.ToolChoice\x12 \n\x13parallel_tool_calls\x18\t \x01(\x08H\x02\x88\x01\x01\x42\x18\n\x16_add_generation_promptB\x17\n\x15_allow_special_tokensB\x16\n\x14_parallel_tool_calls\"\\\n\nToolChoice\x12+\n\x04mode\x18\x01 \x01(\x0e\x32\x1b.xinserve.v1.ToolChoiceModeH\x00\x12\x17\n\rfunction_name\x18\x02 \x01(\tH\x00\x42\x08\n\x06\x63hoice\"u\n\x0c\x43hatResponse\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12.\n\x07outputs\x18\x02 \x03(\x0b\x32\x1d.xinserve.v1.CompletionOutput\x12!\n\x05usage\x18\x03 \x01(\x0b\x32\x12.xinserve.v1.Usage\"\x9d\x02\n\x12\x43hatStreamResponse\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\r\n\x05index\x18\x02 \x01(\r\x12\x0c\n\x04text\x18\x03 \x01(\t\x12\x11\n\ttoken_ids\x18\x04 \x03(\x05\x12\x30\n\rfinish_reason\x18\x05 \x01(\x0e\x32\x19.xinserve.v1.FinishReason\x12\x15\n\x0bstop_string\x18\x06 \x01(\tH\x00\x12\x17\n\rstop_token_id\x18\x07 \x01(\x05H\x00\x12/\n\x08logprobs\x18\x08 \x03(\x0b\x32\x1d.xinserve.v1.PositionLogprobs\x12!\n\x05usage\x18\t \x01(\x0b\x32\x12.xinserve.v1.UsageB\r\n\x0bstop_reason\"g\n\x0c\x45mbedRequest\x12\r\n\x05model\x18\x01 \x01(\t\x12\x0e\n\x06inputs\x18\x02 \x03(\t\x12\x16\n\tnormalize\x18\x03 \x01(\x08H\x00\x88\x01\x01\x12\x12\n\nrequest_id\x18\x04 \x01(\tB\x0c\n\n_normalize\"*\n\tEmbedding\x12\r\n\x05index\x18\x01 \x01(\r\x12\x0e\n\x06values\x18\x02 \x03(\x02\"r\n\rEmbedResponse\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12*\n\nembeddings\x18\x02 \x03(\x0b\x32\x16.xinserve.v1.Embedding\x12!\n\x05usage\x18\x03 \x01(\x0b\x32\x12.xinserve.v1.Usage\"f\n\x0fTokenizeRequest\x12\r\n\x05model\x18\x01 \x01(\t\x12\x0c\n\x04text\x18\x02 \x01(\t\x12\x1f\n\x12\x61\x64\x64_special_tokens\x18\x03 \x01(\x08H\x00\x88\x01\x01\x42\x15\n\x13_add_special_tokens\"<\n\x10TokenizeResponse\x12\x11\n\ttoken_ids\x18\x01 \x03(\x05\x12\x15\n\rmax_model_len\x18\x02 \x01(\r\"o\n\x11\x44\x65tokenizeRequest\x12\r\n\x05model\x18\x01 \x01(\t\x12\x11\n\ttoken_ids\x18\x02 \x03(\x05\x12 \n\x13skip_special_tokens\x18\x03 \x01(\x08H\x00\x88\x01\x01\x42\x16\n\x14_skip_special_tokens\"\"\n\x12\x44\x65tokenizeResponse\x12\x0c\n\x04text\x18\x01 \x01(\t\"\"\n\x0c\x41\x62ortRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\" \n\rAbortResponse\x12\x0f\n\x07\x61\x62orted\x18\x01 \x01(\x08*\x87\x01\n\x0eToolChoiceMode\x12 \n\x1cTOOL_CHOICE_MODE_UNSPECIFIED\x10\x00\x12\x19\n\x15TOOL_CHOICE_MODE_NONE\x10\x01\x12\x19\n\x15TOOL_CHOICE_MODE_AUTO\x10\x02\x12\x1d\n\x19TOOL_CHOICE_MODE_REQUIRED\x10\x03\x32\xd2\x04\n\x10InferenceService\x12G\n\x08Generate\x12\x1c.xinserve.v1.GenerateRequest\x1a\x1d.xinserve.v1.GenerateResponse\x12U\n\x0eGenerateStream\x12\x1c.xinserve.v1.GenerateRequest\x1a#.xinserve.v1.GenerateStreamResponse0\x01\x12;\n\x04\x43hat\x12\x18.xinserve.v1.ChatRequest\x1a\x19.xinserve.v1.ChatResponse\x12I\n\nChatStream\x12\x18.xinserve.v1.ChatRequest\x1a\x1f.xinserve.v1.ChatStreamResponse0\x01\x12>\n\x05\x45mbed\x12\x19.xinserve.v1.EmbedRequest\x1a\x1a.xinserve.v1.EmbedResponse\x12G\n\x08Tokenize\x12\x1c.xinserve.v1.TokenizeRequest\x1a\x1d.xinserve.v1.TokenizeResponse\x12M\n\nDetokenize\x12\x1e.xinserve.v1.DetokenizeRequest\x1a\x1f.xinserve.v1.DetokenizeResponse\x12>\n\x05\x41\x62ort\x12\x19.xinserve.v1.AbortRequest\x1a\x1a.xinserve.v1.AbortResponseB^\n\x0eio.xinserve.v1B\x0eInferenceProtoP\x01Z:github.com/xinserve/xinserve/gen/go/xinserve/v1;xinservev1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1bxinserve/v1/inference.proto\x12\x0bxinserve.v1\x1a\x18xinserve/v1/common.proto\x1a\x1axinserve/v1/sampling.proto\"\x94\x01\n\x0fGenerateRequest\x12\r\n\x05model\x18\x01 \x01(\t\x12\x0e\n\x06prompt\x18\x02 \x01(\t\x12\x18\n\x10prompt_token_ids\x18\x03 \x03(\x05\x12\x34\n\x0fsampling_params\x18\x04 \x01(\x0b\x32\x1b.xinserve.v1.SamplingParams\x12\x12\n\nrequest_id\x18\x05 \x01(\t\"\xc7\x02\n\x10\x43ompletionOutput\x12\r\n\x05index\x18\x01 \x01(\r\x12\x0c\n\x04text\x18\x02 \x01(\t\x12\x11\n\ttoken_ids\x18\x03 \x03(\x05\x12\x30\n\rfinish_reason\x18\x04 \x01(\x0e\x32\x19.xinserve.v1.FinishReason\x12\x15\n\x0bstop_string\x18\x05 \x01(\tH\x00\x12\x17\n\rstop_token_id\x18\x06 \x01(\x05H\x00\x12/\n\x08logprobs\x18\x07 \x03(\x0b\x32\x1d.xinserve.v1.PositionLogprobs\x12\x1f\n\x12\x63umulative_logprob\x18\x08 \x01(\x01H\x01\x88\x01\x01\x12)\n\ntool_calls\x18\t \x03(\x0b\x32\x15.xinserve.v1.ToolCallB\r\n\x0bstop_reasonB\x15\n\x13_cumulative_logprob\"\xb1\x01\n\x10GenerateResponse\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12.\n\x07outputs\x18\x02 \x03(\x0b\x32\x1d.xinserve.v1.CompletionOutput\x12!\n\x05usage\x18\x03 \x01(\x0b\x32\x12.xinserve.v1.Usage\x12\x36\n\x0fprompt_logprobs\x18\x04 \x03(\x0b\x32\x1d.xinserve.v1.PositionLogprobs\"\xd9\x02\n\x16GenerateStreamResponse\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\r\n\x05index\x18\x02 \x01(\r\x12\x0c\n\x04text\x18\x03 \x01(\t\x12\x11\n\ttoken_ids\x18\x04 \x03(\x05\x12\x30\n\rfinish_reason\x18\x05 \x01(\x0e\x32\x19.xinserve.v1.FinishReason\x12\x15\n\x0bstop_string\x18\x06 \x01(\tH\x00\x12\x17\n\rstop_token_id\x18\x07 \x01(\x05H\x00\x12/\n\x08logprobs\x18\x08 \x03(\x0b\x32\x1d.xinserve.v1.PositionLogprobs\x12!\n\x05usage\x18\t \x01(\x0b\x32\x12.xinserve.v1.Usage\x12\x36\n\x0fprompt_logprobs\x18\n \x03(\x0b\x32\x1d.xinserve.v1.PositionLogprobsB\r\n\x0bstop_reason\"\x96\x03\n\x0b\x43hatRequest\x12\r\n\x05model\x18\x01 \x01(\t\x12*\n\x08messages\x18\x02 \x03(\x0b\x32\x18.xinserve.v1.ChatMessage\x12\x34\n\x0fsampling_params\x18\x03 \x01(\x0b\x32\x1b.xinserve.v1.SamplingParams\x12\x12\n\nrequest_id\x18\x04 \x01(\t\x12\"\n\x15\x61\x64\x64_generation_prompt\x18\x05 \x01(\x08H\x00\x88\x01\x01\x12!\n\x14\x61llow_special_tokens\x18\x06 \x01(\x08H\x01\x88\x01\x01\x12 \n\x05tools\x18\x07 \x03(\x0b\x32\x11.xinserve.v1.Tool\x12,\n\x0btool_choice\x18\x08 \x01(\x0b\x32\x17.xinserve.v1.ToolChoice\x12 \n\x13parallel_tool_calls\x18\t \x01(\x08H\x02\x88\x01\x01\x42\x18\n\x16_add_generation_promptB\x17\n\x15_allow_special_tokensB\x16\n\x14_parallel_tool_calls\"\\\n\nToolChoice\x12+\n\x04mode\x18\x01 \x01(\x0e\x32\x1b.xinserve.v1.ToolChoiceModeH\x00\x12\x17\n\rfunction_name\x18\x02 \x01(\tH\x00\x42\x08\n\x06\x63hoice\"u\n\x0c\x43hatResponse\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12.\n\x07outputs\x18\x02 \x03(\x0b\x32\x1d.xinserve.v1.CompletionOutput\x12!\n\x05usage\x18\x03 \x01(\x0b\x32\x12.xinserve.v1.Usage\"\xc8\x02\n\x12\x43hatStreamResponse\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12\r\n\x05index\x18\x02 \x01(\r\x12\x0c\n\x04text\x18\x03 \x01(\t\x12\x11\n\ttoken_ids\x18\x04 \x03(\x05\x12\x30\n\rfinish_reason\x18\x05 \x01(\x0e\x32\x19.xinserve.v1.FinishReason\x12\x15\n\x0bstop_string\x18\x06 \x01(\tH\x00\x12\x17\n\rstop_token_id\x18\x07 \x01(\x05H\x00\x12/\n\x08logprobs\x18\x08 \x03(\x0b\x32\x1d.xinserve.v1.PositionLogprobs\x12!\n\x05usage\x18\t \x01(\x0b\x32\x12.xinserve.v1.Usage\x12)\n\ntool_calls\x18\n \x03(\x0b\x32\x15.xinserve.v1.ToolCallB\r\n\x0bstop_reason\"g\n\x0c\x45mbedRequest\x12\r\n\x05model\x18\x01 \x01(\t\x12\x0e\n\x06inputs\x18\x02 \x03(\t\x12\x16\n\tnormalize\x18\x03 \x01(\x08H\x00\x88\x01\x01\x12\x12\n\nrequest_id\x18\x04 \x01(\tB\x0c\n\n_normalize\"*\n\tEmbedding\x12\r\n\x05index\x18\x01 \x01(\r\x12\x0e\n\x06values\x18\x02 \x03(\x02\"r\n\rEmbedResponse\x12\x12\n\nrequest_id\x18\x01 \x01(\t\x12*\n\nembeddings\x18\x02 \x03(\x0b\x32\x16.xinserve.v1.Embedding\x12!\n\x05usage\x18\x03 \x01(\x0b\x32\x12.xinserve.v1.Usage\"f\n\x0fTokenizeRequest\x12\r\n\x05model\x18\x01 \x01(\t\x12\x0c\n\x04text\x18\x02 \x01(\t\x12\x1f\n\x12\x61\x64\x64_special_tokens\x18\x03 \x01(\x08H\x00\x88\x01\x01\x42\x15\n\x13_add_special_tokens\"<\n\x10TokenizeResponse\x12\x11\n\ttoken_ids\x18\x01 \x03(\x05\x12\x15\n\rmax_model_len\x18\x02 \x01(\r\"o\n\x11\x44\x65tokenizeRequest\x12\r\n\x05model\x18\x01 \x01(\t\x12\x11\n\ttoken_ids\x18\x02 \x03(\x05\x12 \n\x13skip_special_tokens\x18\x03 \x01(\x08H\x00\x88\x01\x01\x42\x16\n\x14_skip_special_tokens\"\"\n\x12\x44\x65tokenizeResponse\x12\x0c\n\x04text\x18\x01 \x01(\t\"\"\n\x0c\x41\x62ortRequest\x12\x12\n\nrequest_id\x18\x01 \x01(\t\" \n\rAbortResponse\x12\x0f\n\x07\x61\x62orted\x18\x01 \x01(\x08*\x87\x01\n\x0eToolChoiceMode\x12 \n\x1cTOOL_CHOICE_MODE_UNSPECIFIED\x10\x00\x12\x19\n\x15TOOL_CHOICE_MODE_NONE\x10\x01\x12\x19\n\x15TOOL_CHOICE_MODE_AUTO\x10\x02\x12\x1d\n\x19TOOL_CHOICE_MODE_REQUIRED\x10\x03\x32\xd2\x04\n\x10InferenceService\x12G\n\x08Generate\x12\x1c.xinserve.v1.GenerateRequest\x1a\x1d.xinserve.v1.GenerateResponse\x12U\n\x0eGenerateStream\x12\x1c.xinserve.v1.GenerateRequest\x1a#.xinserve.v1.GenerateStreamResponse0\x01\x12;\n\x04\x43hat\x12\x18.xinserve.v1.ChatRequest\x1a\x19.xinserve.v1.ChatResponse\x12I\n\nChatStream\x12\x18.xinserve.v1.ChatRequest\x1a\x1f.xinserve.v1.ChatStreamResponse0\x01\x12>\n\x05\x45mbed\x12\x19.xinserve.v1.EmbedRequest\x1a\x1a.xinserve.v1.EmbedResponse\x12G\n\x08Tokenize\x12\x1c.xinserve.v1.TokenizeRequest\x1a\x1d.xinserve.v1.TokenizeResponse\x12M\n\nDetokenize\x12\x1e.xinserve.v1.DetokenizeRequest\x1a\x1f.xinserve.v1.DetokenizeResponse\x12>\n\x05\x41\x62ort\x12\x19.xinserve.v1.AbortRequest\x1a\x1a.xinserve.v1.AbortResponseB^\n\x0eio.xinserve.v1B\x0eInferenceProtoP\x01Z:github.com/xinserve/xinserve/gen/go/xinserve/v1;xinservev1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -34,42 +34,42 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'xinserve.v1.inference_pb2',
 if not _descriptor._USE_C_DESCRIPTORS:
   _globals['DESCRIPTOR']._loaded_options = None
   _globals['DESCRIPTOR']._serialized_options = b'\n\016io.xinserve.v1B\016InferenceProtoP\001Z:github.com/xinserve/xinserve/gen/go/xinserve/v1;xinservev1'
-  _globals['_TOOLCHOICEMODE']._serialized_start=2625
-  _globals['_TOOLCHOICEMODE']._serialized_end=2760
+  _globals['_TOOLCHOICEMODE']._serialized_start=2711
+  _globals['_TOOLCHOICEMODE']._serialized_end=2846
   _globals['_GENERATEREQUEST']._serialized_start=99
   _globals['_GENERATEREQUEST']._serialized_end=247
   _globals['_COMPLETIONOUTPUT']._serialized_start=250
-  _globals['_COMPLETIONOUTPUT']._serialized_end=534
-  _globals['_GENERATERESPONSE']._serialized_start=537
-  _globals['_GENERATERESPONSE']._serialized_end=714
-  _globals['_GENERATESTREAMRESPONSE']._serialized_start=717
-  _globals['_GENERATESTREAMRESPONSE']._serialized_end=1062
-  _globals['_CHATREQUEST']._serialized_start=1065
-  _globals['_CHATREQUEST']._serialized_end=1471
-  _globals['_TOOLCHOICE']._serialized_start=1473
-  _globals['_TOOLCHOICE']._serialized_end=1565
-  _globals['_CHATRESPONSE']._serialized_start=1567
-  _globals['_CHATRESPONSE']._serialized_end=1684
-  _globals['_CHATSTREAMRESPONSE']._serialized_start=1687
-  _globals['_CHATSTREAMRESPONSE']._serialized_end=1972
-  _globals['_EMBEDREQUEST']._serialized_start=1974
-  _globals['_EMBEDREQUEST']._serialized_end=2077
-  _globals['_EMBEDDING']._serialized_start=2079
-  _globals['_EMBEDDING']._serialized_end=2121
-  _globals['_EMBEDRESPONSE']._serialized_start=2123
-  _globals['_EMBEDRESPONSE']._serialized_end=2237
-  _globals['_TOKENIZEREQUEST']._serialized_start=2239
-  _globals['_TOKENIZEREQUEST']._serialized_end=2341
-  _globals['_TOKENIZERESPONSE']._serialized_start=2343
-  _globals['_TOKENIZERESPONSE']._serialized_end=2403
-  _globals['_DETOKENIZEREQUEST']._serialized_start=2405
-  _globals['_DETOKENIZEREQUEST']._serialized_end=2516
-  _globals['_DETOKENIZERESPONSE']._serialized_start=2518
-  _globals['_DETOKENIZERESPONSE']._serialized_end=2552
-  _globals['_ABORTREQUEST']._serialized_start=2554
-  _globals['_ABORTREQUEST']._serialized_end=2588
-  _globals['_ABORTRESPONSE']._serialized_start=2590
-  _globals['_ABORTRESPONSE']._serialized_end=2622
-  _globals['_INFERENCESERVICE']._serialized_start=2763
-  _globals['_INFERENCESERVICE']._serialized_end=3357
+  _globals['_COMPLETIONOUTPUT']._serialized_end=577
+  _globals['_GENERATERESPONSE']._serialized_start=580
+  _globals['_GENERATERESPONSE']._serialized_end=757
+  _globals['_GENERATESTREAMRESPONSE']._serialized_start=760
+  _globals['_GENERATESTREAMRESPONSE']._serialized_end=1105
+  _globals['_CHATREQUEST']._serialized_start=1108
+  _globals['_CHATREQUEST']._serialized_end=1514
+  _globals['_TOOLCHOICE']._serialized_start=1516
+  _globals['_TOOLCHOICE']._serialized_end=1608
+  _globals['_CHATRESPONSE']._serialized_start=1610
+  _globals['_CHATRESPONSE']._serialized_end=1727
+  _globals['_CHATSTREAMRESPONSE']._serialized_start=1730
+  _globals['_CHATSTREAMRESPONSE']._serialized_end=2058
+  _globals['_EMBEDREQUEST']._serialized_start=2060
+  _globals['_EMBEDREQUEST']._serialized_end=2163
+  _globals['_EMBEDDING']._serialized_start=2165
+  _globals['_EMBEDDING']._serialized_end=2207
+  _globals['_EMBEDRESPONSE']._serialized_start=2209
+  _globals['_EMBEDRESPONSE']._serialized_end=2323
+  _globals['_TOKENIZEREQUEST']._serialized_start=2325
+  _globals['_TOKENIZEREQUEST']._serialized_end=2427
+  _globals['_TOKENIZERESPONSE']._serialized_start=2429
+  _globals['_TOKENIZERESPONSE']._serialized_end=2489
+  _globals['_DETOKENIZEREQUEST']._serialized_start=2491
+  _globals['_DETOKENIZEREQUEST']._serialized_end=2602
+  _globals['_DETOKENIZERESPONSE']._serialized_start=2604
+  _globals['_DETOKENIZERESPONSE']._serialized_end=2638
+  _globals['_ABORTREQUEST']._serialized_start=2640
+  _globals['_ABORTREQUEST']._serialized_end=2674
+  _globals['_ABORTRESPONSE']._serialized_start=2676
+  _globals['_ABORTRESPONSE']._serialized_end=2708
+  _globals['_INFERENCESERVICE']._serialized_start=2849
+  _globals['_INFERENCESERVICE']._serialized_end=3443
 # @@protoc_insertion_point(module_scope)
