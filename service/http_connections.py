@@ -35,6 +35,7 @@ import errno
 import json
 import resource
 import time
+import uuid
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -42,6 +43,7 @@ from typing import Any
 
 from service import metrics
 from service.logs import REFUSAL_LOG_INTERVAL_S, get_logger
+from service.validation import REQUEST_ID
 
 log = get_logger("xinserve.http")
 
@@ -79,15 +81,30 @@ def connection_cap(configured: int, nofile_soft: int) -> int:
     return max(1, min(configured, nofile_soft - DESCRIPTOR_RESERVE))
 
 
-def plain_response(status: int, phrase: str, code: str, message: str, extra: str = "") -> bytes:
-    """A complete HTTP/1.1 response with an OpenAI error object, closing the connection."""
+def response_request_id(given: list[str] | tuple[str, ...]) -> str:
+    """The ``x-request-id`` of a response: the first of the client's ``given`` values when it is
+    a valid request id (``service.validation.REQUEST_ID``, the rule calls follow), else a new
+    one (32 hex digits)."""
+    first = given[0] if given else None
+    return first if first and REQUEST_ID.match(first) else uuid.uuid4().hex
+
+
+def plain_response(status: int, phrase: str, code: str, message: str, request_id: str, extra: str = "") -> bytes:
+    """A complete HTTP/1.1 response with an OpenAI error object (``{"error": {"message",
+    "type", "param", "code"}}``, ``application/json``) and ``x-request-id: request_id``
+    (printable ASCII, ``response_request_id``), closing the connection."""
     body = json.dumps({"error": {"message": message, "type": "invalid_request_error", "param": None, "code": code}})
     data = body.encode("utf-8")
     head = (
         f"HTTP/1.1 {status} {phrase}\r\ncontent-type: application/json\r\ncontent-length: {len(data)}\r\n"
-        f"connection: close\r\n{extra}\r\n"
+        f"x-request-id: {request_id}\r\nconnection: close\r\n{extra}\r\n"
     )
     return head.encode("ascii") + data
+
+
+def bad_request(request_id: str) -> bytes:
+    """The response to bytes that are not an HTTP/1.1 request (400, ``invalid_http_request``)."""
+    return plain_response(400, "Bad Request", "invalid_http_request", "the request is not valid HTTP/1.1", request_id)
 
 
 @dataclass
@@ -141,22 +158,26 @@ class ConnectionGuard:
             self._last_log[reason] = now
 
     @staticmethod
-    def refusal(reason: str) -> bytes:
-        """The response that ends a refused connection."""
+    def refusal(reason: str, request_id: str) -> bytes:
+        """The response that ends a refused connection, with ``x-request-id: request_id``."""
         if reason == HEADER_TOO_LARGE:
             return plain_response(
                 431,
                 "Request Header Fields Too Large",
                 "request_header_fields_too_large",
                 "the request line and headers are too large",
+                request_id,
             )
         if reason == HEADER_TIMEOUT:
-            return plain_response(408, "Request Timeout", "request_timeout", "the request headers took too long")
+            return plain_response(
+                408, "Request Timeout", "request_timeout", "the request headers took too long", request_id
+            )
         return plain_response(
             503,
             "Service Unavailable",
             "too_many_connections",
             "too many connections; retry later",
+            request_id,
             "retry-after: 1\r\n",
         )
 

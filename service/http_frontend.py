@@ -16,7 +16,9 @@ which asyncio drives for the handshake, has no link to the connection's transpor
 
 Before a request becomes a call, each connection is bounded (``service.http_connections``):
 request-head size (431), time to send a head (408), connections in all and per client address
-(503); refusals are counted and logged in aggregate, not audited one by one.
+(503); refusals are counted and logged in aggregate, not audited one by one. Those replies, and
+the 400 for bytes that are not HTTP/1.1, are OpenAI error objects with an ``x-request-id`` (the
+client's when the head read so far carries a valid one, else a new one).
 
 A request asking to switch protocols (``Upgrade: h2c``, as the JDK's ``HttpClient`` and
 ``curl --http2`` send on ``http://`` URLs) is served as the HTTP/1.1 request it also is,
@@ -44,8 +46,10 @@ from service.http_connections import (
     ConnectionGuard,
     ExceptionHandler,
     accept_error_handler,
+    bad_request,
     connection_cap,
     raise_nofile_soft_limit,
+    response_request_id,
 )
 from service.inference import Inference
 from service.listen_probe import ListenError, http_socket, listen_error
@@ -132,7 +136,21 @@ class _ClientCertProtocol(HttpToolsProtocol):
         self._refused = True
         self._cancel_head_timer()
         if not self.transport.is_closing():
-            self.transport.write(ConnectionGuard.refusal(reason))
+            self.transport.write(ConnectionGuard.refusal(reason, self._request_id()))
+            self.transport.close()
+
+    def _request_id(self) -> str:
+        """The ``x-request-id`` of a reply written here: the client's, if the head parsed so
+        far carries a valid one, else a new one (``response_request_id``)."""
+        given = [value.decode("latin-1") for name, value in self.headers or () if name == b"x-request-id"]
+        return response_request_id(given)
+
+    def send_400_response(self, msg: str) -> None:
+        """Answer bytes httptools cannot parse as HTTP/1.1 with an OpenAI error object (400,
+        ``invalid_http_request``) and an ``x-request-id``, then close the connection (as uvicorn
+        does, which answers in plain text)."""
+        if not self.transport.is_closing():
+            self.transport.write(bad_request(self._request_id()))
             self.transport.close()
 
     def _arm_head_timer(self) -> None:

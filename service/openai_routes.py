@@ -5,7 +5,8 @@ Routes (OpenAI API reference): ``GET /v1/models``, ``GET /v1/models/{model}``,
 ``POST /v1/completions``, ``POST /v1/chat/completions`` (``stream: true`` → Server-Sent
 Events ending in ``data: [DONE]``; ``stream_options.include_usage`` adds a usage chunk),
 ``POST /v1/embeddings``; ``GET /health`` (200 while the gRPC health of ``""`` is SERVING,
-else 503) and ``GET /health/live`` (200 while the process runs); neither is audited.
+else 503; ``/ping`` the same) and ``GET /health/live`` (200 while the process runs); none is
+audited, each answers with an ``x-request-id`` like every reply.
 A POST body must be declared ``Content-Type: application/json`` (else 415) and is validated
 as strictly as OpenAI's API does (``service.openai_schemas``); a known path called with
 another method is 405 with ``Allow``, any other path 404. The body's bytes are received
@@ -42,6 +43,7 @@ from starlette.types import Receive, Scope, Send
 from service.body_reception import REQUEST_TOO_LARGE, receive_body
 from service.call_context import CallRecord
 from service.call_core import CallCore, Started, Transport
+from service.http_connections import response_request_id
 from service.inference import Inference
 from service.login_throttle import peer_host
 from service.openai_errors import METHOD_NOT_ALLOWED, UNSUPPORTED_MEDIA_TYPE, http_error
@@ -257,6 +259,12 @@ class EventStream(Response):
             await asyncio.gather(producer, watcher, return_exceptions=True)
 
 
+def _unaudited_id(request: Request) -> dict[str, str]:
+    """The ``x-request-id`` header of a reply that is no call (health probes): the client's
+    valid id echoed, else a new one, by the rule calls follow (``response_request_id``)."""
+    return {REQUEST_ID_HEADER: response_request_id(request.headers.getlist(REQUEST_ID_HEADER))}
+
+
 def _sse(data: Any) -> str:
     return f"data: {json.dumps(data, ensure_ascii=False, separators=(',', ':'))}\n\n"
 
@@ -377,7 +385,7 @@ class OpenAIRoutes:
         status = self.runtime.health_status()
         serving = status == health_pb2.HealthCheckResponse.SERVING
         name = health_pb2.HealthCheckResponse.ServingStatus.Name(status or 0)
-        return JSONResponse({"status": name}, 200 if serving else 503)
+        return JSONResponse({"status": name}, 200 if serving else 503, _unaudited_id(request))
 
     async def unknown(self, request: Request) -> Response:
         """A path no route matches: 404 in OpenAI's error shape, audited (who probed for what)."""
@@ -405,7 +413,7 @@ class OpenAIRoutes:
         return response
 
     async def live(self, request: Request) -> Response:
-        return JSONResponse({"status": "alive"})
+        return JSONResponse({"status": "alive"}, 200, _unaudited_id(request))
 
     def _model_object(self, name: str) -> dict[str, Any]:
         """OpenAI's model object, with vLLM's ``max_model_len`` (clients size prompts by it);
