@@ -208,6 +208,22 @@ CERT_FINGERPRINT_PREFIX = "sha256:"
 """The principal of a client certificate with an empty subject is this prefix and its fingerprint."""
 
 
+def certificate_identity(auth_context: dict[str, list[bytes]]) -> tuple[str | None, str | None]:
+    """The ``(cert_fingerprint, cert_subject)`` of a call's verified client certificate, for
+    the audit record of a call refused before it has a principal (a bad token beside a valid
+    certificate): SHA-256 hex of the DER and the canonical subject
+    (``audit.principals.render_name``); ``(None, None)`` without a certificate, and a subject of
+    ``None`` when it does not decode. Never raises."""
+    cert = _client_certificate(auth_context)
+    if cert is None:
+        return None, None
+    try:
+        subject: str | None = render_name(cert.subject)
+    except ValueError:
+        subject = None
+    return cert.fingerprint(hashes.SHA256()).hex(), subject
+
+
 def _client_certificate(auth_context: dict[str, list[bytes]]) -> x509.Certificate | None:
     """The verified client certificate of an mTLS connection, if any."""
     pems = auth_context.get("x509_pem_cert")

@@ -31,7 +31,7 @@ import structlog
 
 from engine_backends.errors import EngineDeadError, EngineError
 from service import metrics
-from service.auth import AuthenticationFailed, Authenticator
+from service.auth import AuthenticationFailed, Authenticator, certificate_identity
 from service.call_context import CallRecord, Principal
 from service.login_throttle import LoginThrottle, peer_host
 from service.logs import get_logger
@@ -132,6 +132,10 @@ class CallCore:
         authorizations = headers.get("authorization", ()) if self.authenticator.tokens else ()
         peer_key = f"peer:{peer_host(transport.peer)}"
         refusal: RpcError | None = None
+
+        def cert_identity() -> tuple[str | None, str | None]:
+            return certificate_identity({k: list(v) for k, v in transport.auth_context.items()})
+
         try:
             if authorizations:  # a peer's lockout throttles token guessing, not certificate or anonymous calls
                 self.throttle.check(peer_key)
@@ -145,12 +149,12 @@ class CallCore:
                 self.throttle.succeeded(peer_key)
         except AuthenticationFailed as exc:
             if authorizations:  # a token was presented and refused: not the same as no credentials
-                record.principal = Principal(exc.principal or "", "token", frozenset())
+                record.principal = Principal(exc.principal or "", "token", frozenset(), *cert_identity())
                 self.throttle.failed(peer_key, *([f"principal:{exc.principal}"] if exc.principal else []))
             refusal = RpcError(grpc.StatusCode.UNAUTHENTICATED, str(exc), "UNAUTHENTICATED")
         except RpcError as throttled:
             if authorizations and record.principal.auth_method == "anonymous":
-                record.principal = Principal("", "token", frozenset())
+                record.principal = Principal("", "token", frozenset(), *cert_identity())
             refusal = throttled
         return Started(record, refusal, request_id_ok)
 

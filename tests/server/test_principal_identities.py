@@ -258,3 +258,17 @@ async def test_a_san_glob_does_not_match_dot_segments(mtls_server, uri):
     assert await _audit_query(target, pki.credentials(cert, key)) == grpc.StatusCode.PERMISSION_DENIED
     good, good_key = pki.leaf(_name((NameOID.COMMON_NAME, "svc")), sans=("spiffe://bank.example/audit/ann",))
     assert await _audit_query(target, pki.credentials(good, good_key)) == grpc.StatusCode.OK
+
+
+@ASYNC
+async def test_a_bad_token_beside_a_valid_certificate_records_the_certificate(mtls_server):
+    pki, runtime, target = mtls_server
+    teller, teller_key = pki.leaf(_name((NameOID.COMMON_NAME, "teller-7"), (NameOID.ORGANIZATION_NAME, "Bank")))
+    metadata = (("authorization", "Bearer not-a-token"), ("x-request-id", "bad-token-cert"))
+    with pytest.raises(grpc.aio.AioRpcError) as refused:
+        await _list_models(target, pki.credentials(teller, teller_key), metadata)
+    assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED
+    records, _ = await _records(runtime)
+    rec = records["bad-token-cert"]
+    assert (rec.principal, rec.auth_method, rec.outcome) == (None, "token", "UNAUTHENTICATED")
+    assert (rec.cert_subject, rec.cert_fingerprint) == ("O=Bank,CN=teller-7", teller.fingerprint(hashes.SHA256()).hex())
