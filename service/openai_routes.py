@@ -131,6 +131,21 @@ def _no_constant(name: str) -> Any:
     raise _NonFiniteNumber(name)
 
 
+class _DuplicateKey(Exception):
+    """A JSON object in the body names one key twice (RFC 8259 section 4: names SHOULD be
+    unique); parsers differ on which value wins, so a gateway may read another request."""
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """``json.loads``'s ``object_pairs_hook``: the object, or ``_DuplicateKey`` naming the key."""
+    obj: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in obj:
+            raise _DuplicateKey(key)
+        obj[key] = value
+    return obj
+
+
 def _finite_float(text: str) -> float:
     value = float(text)
     if not math.isfinite(value):
@@ -170,11 +185,15 @@ def _parse_json(request: Request, body: bytes) -> Any:
     Raises:
         RpcError: UNSUPPORTED_MEDIA_TYPE (415) when not declared as JSON, INVALID_ARGUMENT
             (not JSON, or a string with a lone surrogate, named by its JSON path; NaN,
-            Infinity or a number too large for a double).
+            Infinity or a number too large for a double; an object naming a key twice, named).
     """
     _json_content_type(request)
     try:
-        data = json.loads(body, parse_constant=_no_constant, parse_float=_finite_float)
+        data = json.loads(body, parse_constant=_no_constant, parse_float=_finite_float, object_pairs_hook=_unique_keys)
+    except _DuplicateKey as dup:
+        key = str(dup.args[0])[:64]
+        named = key if lone_surrogate(key) is None else "body"
+        raise invalid_argument([FieldViolation(named, f"key {key!a} is given more than once")]) from None
     except _NonFiniteNumber:
         raise invalid_argument([FieldViolation("body", "holds NaN, Infinity or a number beyond a double")]) from None
     except (UnicodeDecodeError, json.JSONDecodeError):

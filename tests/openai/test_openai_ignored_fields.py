@@ -1,0 +1,46 @@
+"""Request details the OpenAI front end used to drop silently are refused with a 400 naming
+them: a JSON object that names a key twice (parsers differ on which value wins, so a gateway
+that reads the first sees another request than the engine). Real uvicorn listener, call core
+and audit log over a fake engine."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from tests.server.fake_engine import FakeEngine
+from tests.server.fake_http import http_over_fake_engines, rpc_records
+
+ASYNC = pytest.mark.asyncio(loop_scope="session")
+JSON = {"content-type": "application/json"}
+
+
+@ASYNC
+async def test_a_duplicate_json_key_is_refused_naming_it(tmp_path):
+    async with http_over_fake_engines(tmp_path, [FakeEngine("m"), FakeEngine("other")]) as (port, runtime):
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
+            cases = {
+                "/v1/chat/completions": b'{"model": "m", "model": "other", "messages": []}',
+                "/v1/completions": b'{"model": "m", "prompt": "a", "max_tokens": 2, "max_tokens": 3}',
+                "/v1/embeddings": b'{"model": "m", "input": "a", "input": "b"}',
+            }
+            for path, body in cases.items():
+                reply = await client.post(path, content=body, headers=JSON)
+                assert reply.status_code == 400, path
+                error = reply.json()["error"]
+                assert error["type"] == "invalid_request_error"
+                assert error["param"] in ("model", "max_tokens", "input"), error
+                assert "more than once" in error["message"]
+                records = await rpc_records(runtime, reply.headers["x-request-id"])
+                assert records[0].outcome == "INVALID_ARGUMENT"
+            # Nested objects too.
+            nested = b'{"model": "m", "messages": [{"role": "user", "role": "system", "content": "hi"}]}'
+            reply = await client.post("/v1/chat/completions", content=nested, headers=JSON)
+            assert (reply.status_code, reply.json()["error"]["param"]) == (400, "role")
+            # The same bodies without the repetition are served.
+            reply = await client.post(
+                "/v1/chat/completions",
+                content=b'{"model": "other", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}',
+                headers=JSON,
+            )
+            assert reply.status_code == 200, reply.text
