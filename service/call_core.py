@@ -323,6 +323,9 @@ class CallCore:
         if isinstance(exc, EngineDeadError) and record.model and died is not None:
             await died(record.model)
         err = self.to_rpc_error(exc, record)
+        adapter = err.metadata.get("lora_adapter")
+        if adapter is not None:  # a refused adapter is named in the record, as a served one is
+            record.audit_detail.setdefault("lora_adapter", adapter)
         try:
             await self.complete(record, err.code, err.message if err.code != grpc.StatusCode.INTERNAL else None)
         except RpcError as audit_err:
