@@ -103,13 +103,16 @@ def _json_content_type(request: Request) -> None:
     it, by the standard library's MIME header parser.
 
     Raises:
-        RpcError: INVALID_ARGUMENT/UNSUPPORTED_MEDIA_TYPE (415) naming ``content-type``.
+        RpcError: INVALID_ARGUMENT/UNSUPPORTED_MEDIA_TYPE (415) naming ``content-type``, or
+            naming ``content-encoding`` for a coding other than ``identity``
+            (``_identity_encoding``).
     """
     declared = request.headers.getlist("content-type")
     if len(declared) == 1:
         header = Message()
         header["content-type"] = declared[0]
         if "/" in declared[0] and header.get_content_type() == "application/json":
+            _identity_encoding(request)
             return
     if not declared:
         shown = "none"
@@ -120,6 +123,22 @@ def _json_content_type(request: Request) -> None:
     raise invalid_argument(
         [FieldViolation("content-type", f"must be application/json, got {shown}")], UNSUPPORTED_MEDIA_TYPE
     )
+
+
+def _identity_encoding(request: Request) -> None:
+    """Refuse a body with a ``Content-Encoding`` (RFC 9110 section 8.4) other than ``identity``:
+    no coding is decoded here, so such a body would be read as JSON unchanged.
+
+    Raises:
+        RpcError: INVALID_ARGUMENT/UNSUPPORTED_MEDIA_TYPE (415) naming ``content-encoding``.
+    """
+    codings = [c.strip().lower() for v in request.headers.getlist("content-encoding") for c in v.split(",")]
+    unsupported = [c for c in codings if c and c != "identity"]
+    if unsupported:
+        raise invalid_argument(
+            [FieldViolation("content-encoding", f"only identity is supported, got {unsupported[0][:32]!r}")],
+            UNSUPPORTED_MEDIA_TYPE,
+        )
 
 
 class _NonFiniteNumber(Exception):

@@ -1,6 +1,7 @@
 """Request details the OpenAI front end used to drop silently are refused with a 400 naming
 them: a JSON object that names a key twice (parsers differ on which value wins, so a gateway
-that reads the first sees another request than the engine). Real uvicorn listener, call core
+that reads the first sees another request than the engine), and a ``Content-Encoding`` other
+than ``identity`` (415; no coding is decoded). Real uvicorn listener, call core
 and audit log over a fake engine."""
 
 from __future__ import annotations
@@ -43,4 +44,21 @@ async def test_a_duplicate_json_key_is_refused_naming_it(tmp_path):
                 content=b'{"model": "other", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}',
                 headers=JSON,
             )
+            assert reply.status_code == 200, reply.text
+
+
+@ASYNC
+async def test_a_content_encoding_other_than_identity_is_refused_naming_it(tmp_path):
+    async with http_over_fake_engines(tmp_path, [FakeEngine("m")]) as (port, runtime):
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
+            body = b'{"model": "m", "prompt": "a", "max_tokens": 2}'
+            for coding in ("gzip", "identity, br"):
+                reply = await client.post("/v1/completions", content=body, headers={**JSON, "content-encoding": coding})
+                assert reply.status_code == 415, coding
+                error = reply.json()["error"]
+                assert error["param"] == "content-encoding"
+                assert "identity" in error["message"]
+                records = await rpc_records(runtime, reply.headers["x-request-id"])
+                assert records[0].outcome == "INVALID_ARGUMENT"
+            reply = await client.post("/v1/completions", content=body, headers={**JSON, "content-encoding": "identity"})
             assert reply.status_code == 200, reply.text
