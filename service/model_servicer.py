@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from service.model_verification import safe_verification_message
 from service.runtime import AdapterEntry, ModelEntry, ModelState, Runtime, Verification
 from service.status import not_found
@@ -24,8 +26,17 @@ _VERIFICATION = {
 }
 
 
+def _without_paths(text: str, *paths: Path | None) -> str:
+    """``text`` with each server directory in ``paths`` written ``<model directory>``: privileged
+    callers learn which file, never where the server keeps it."""
+    for path in paths:
+        if path is not None and str(path) not in ("", "."):
+            text = text.replace(str(path), "<model directory>")
+    return text
+
+
 def _adapter_message(adapter: AdapterEntry, privileged: bool) -> model_pb2.LoraAdapter:
-    detail = adapter.verification_detail
+    detail = _without_paths(adapter.verification_detail, adapter.path, adapter.load_path)
     if adapter.verification_reason and not privileged:
         code = adapter.verification_reason
         detail = f"{code}: {safe_verification_message(code)}"
@@ -49,6 +60,8 @@ def model_message(entry: ModelEntry, device: str, privileged: bool = False) -> m
         verification_detail = f"{code}: {safe_verification_message(code)}"
     if privileged and entry.state_detail and entry.state_detail not in reason:
         reason = f"{reason} [{entry.state_detail}]" if reason else entry.state_detail
+    reason = _without_paths(reason, entry.path, entry.load_path)
+    verification_detail = _without_paths(verification_detail, entry.path, entry.load_path)
     msg = model_pb2.Model(
         name=entry.name,
         kind=_KIND[entry.kind],
