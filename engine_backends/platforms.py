@@ -122,7 +122,8 @@ PROFILES: dict[str, PlatformProfile] = {
             frozenset({"ascend", "compressed-tensors"}),
             dtype=("float16", _ASCEND_310P + "'Atlas 300I DUO uses ... float16' (no bf16 on the 310P)"),
             enable_prefix_caching=(
-                False, _ASCEND_310P + "the 300I DUO serving example runs --no-enable-prefix-caching"
+                False,
+                _ASCEND_310P + "the 300I DUO serving example runs --no-enable-prefix-caching",
             ),
             additional_config=(
                 {"ascend_compilation_config": {"enable_npugraph_ex": False}},
