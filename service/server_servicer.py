@@ -23,7 +23,7 @@ SCHEMA_REVISION = 3
 SCHEMA_DESCRIPTOR_SHA256 = {
     1: "1fed430721a022c611bf60fcec6396dccdc3f9c02e95debda70fb780ee008fe1",
     2: "0ffe0ab2ac81405b8a31a0987423c96674b39f1efd9aa620a2c8b7ba69a5a9b0",
-    3: "88780c7d64ef6de6a11201f04a02b30064e98b25db3ca96838089cb95c1fbd27",
+    3: "9600a25ca5f1d7c0b8dbb2106eda2846d59d81688467f4a8baba5e430cc2e15c",
 }
 # Oldest client revision still served correctly.
 MIN_CLIENT_REVISION = 1
