@@ -6,15 +6,22 @@ server start (no engine) called over gRPC."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
+import structlog
+import structlog.testing
 
+import service.app
+import service.metrics
 from audit import QueryFilter, decode_record
 from service.app import Server
 from service.config import ConfigError, load_settings
@@ -85,23 +92,38 @@ async def _start_record_and_health(tmp_path: Path, audit: dict) -> tuple[dict, d
     return decode_record(rows[-1].body)[2].detail, health, info.audit
 
 
+@contextlib.contextmanager
+def _server_log(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[dict[str, Any]]]:
+    """The server module's log events while the block runs (structlog's ``capture_logs``). The
+    module's logger is replaced by a fresh one: structlog caches a logger on first use, so one
+    that an earlier test used still writes to the stream it was configured with."""
+    with structlog.testing.capture_logs() as logged:
+        monkeypatch.setattr(service.app, "log", structlog.get_logger("xinserve.server"))
+        # The server sets the process-wide engine-load source; the session's live server owns it.
+        monkeypatch.setattr(service.metrics.ENGINE_LOAD, "source", service.metrics.ENGINE_LOAD.source)
+        yield logged
+
+
 @ASYNC
-async def test_a_waived_anchor_is_recorded_at_start_and_in_the_health_detail(tmp_path: Path, capsys) -> None:
-    detail, health, info = await _start_record_and_health(tmp_path, {"require_anchor": True, "anchor_waiver": REASON})
+async def test_a_waived_anchor_is_recorded_at_start_and_in_the_health_detail(tmp_path: Path, monkeypatch) -> None:
+    with _server_log(monkeypatch) as logged:
+        detail, health, info = await _start_record_and_health(
+            tmp_path, {"require_anchor": True, "anchor_waiver": REASON}
+        )
     assert detail["audit_anchor"] == "waived" and detail["anchor_waiver"] == REASON
     assert health["anchor"] == "waived" and health["anchor_waiver"] == REASON
     assert (info.anchor, info.anchor_waiver, info.require_anchor) == ("waived", REASON, True)
-    err = capsys.readouterr()
-    assert "AUDIT_LOG_WITHOUT_OFF_HOST_ANCHOR" in err.out + err.err
+    (warning,) = [e for e in logged if e["event"] == "AUDIT_LOG_WITHOUT_OFF_HOST_ANCHOR"]
+    assert warning["log_level"] == "warning" and warning["anchor_waiver"] == REASON
 
 
 @ASYNC
-async def test_the_default_start_records_no_anchor_and_warns(tmp_path: Path, capsys) -> None:
-    detail, health, info = await _start_record_and_health(tmp_path, {})
+async def test_the_default_start_records_no_anchor_and_warns(tmp_path: Path, monkeypatch) -> None:
+    with _server_log(monkeypatch) as logged:
+        detail, health, info = await _start_record_and_health(tmp_path, {})
     assert detail["audit_anchor"] == "none" and "anchor_waiver" not in detail
     assert health["anchor"] == "none" and "anchor_waiver" not in health
     assert (info.anchor, info.anchor_waiver, info.require_anchor) == ("none", "", False)
-    err = capsys.readouterr()
-    logged = err.out + err.err
-    assert "AUDIT_LOG_WITHOUT_OFF_HOST_ANCHOR" in logged and "audit.require_anchor" in logged
+    (warning,) = [e for e in logged if e["event"] == "AUDIT_LOG_WITHOUT_OFF_HOST_ANCHOR"]
+    assert warning["log_level"] == "warning" and "audit.require_anchor" in warning["note"]
     json.dumps(health)  # the health detail stays plain JSON
