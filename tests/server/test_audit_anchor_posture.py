@@ -21,11 +21,10 @@ import structlog
 import structlog.testing
 
 import service.app
-import service.metrics
 from audit import QueryFilter, decode_record
-from service.app import Server
 from service.config import ConfigError, load_settings
 from tests.conftest import REPO
+from tests.server.in_process import started_server
 from tests.server.stubs import stubs
 from xinserve.v1 import server_pb2
 
@@ -67,28 +66,13 @@ def test_posture_from_the_settings(tmp_path: Path) -> None:
 
 
 async def _start_record_and_health(tmp_path: Path, audit: dict) -> tuple[dict, dict, server_pb2.AuditStatus]:
-    model = tmp_path / "model"
-    model.mkdir(exist_ok=True)
-    settings = load_settings(
-        overrides={
-            "data_dir": str(tmp_path / "data"),
-            "listen": {"plaintext": ["127.0.0.1:0"]},
-            "metrics_listen": None,
-            "models": [{"name": "m", "path": str(model)}],
-            "audit": audit,
-        }
-    )
-    server = await Server.create(settings)
-    try:
+    async with started_server(tmp_path, audit=audit) as server:
         assert server.runtime.audit is not None
         health = server.runtime.audit.log.health_detail()
         rows = await server.runtime.audit.log.query(QueryFilter(event="start"))
         port = next(iter(server.frontend.ports.values()))
         async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
             info = await stubs(channel).server.GetServerInfo(server_pb2.GetServerInfoRequest())
-    finally:
-        await server.frontend.stop(0)
-        await server.runtime.audit.close()
     return decode_record(rows[-1].body)[2].detail, health, info.audit
 
 
@@ -99,8 +83,6 @@ def _server_log(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[dict[str, Any]
     that an earlier test used still writes to the stream it was configured with."""
     with structlog.testing.capture_logs() as logged:
         monkeypatch.setattr(service.app, "log", structlog.get_logger("xinserve.server"))
-        # The server sets the process-wide engine-load source; the session's live server owns it.
-        monkeypatch.setattr(service.metrics.ENGINE_LOAD, "source", service.metrics.ENGINE_LOAD.source)
         yield logged
 
 

@@ -11,9 +11,8 @@ from pathlib import Path
 import pytest
 
 from audit import QueryFilter, decode_record
-from service.app import Server
 from service.auth import hash_token
-from service.config import load_settings
+from tests.server.in_process import started_server
 from trust.sm2 import Sm2PrivateKey
 from trust.trust_store import INDEX_FILENAME, add_trusted_key, revoke_key
 
@@ -29,28 +28,16 @@ def _write(path: Path, text: str) -> None:
 async def _start_and_stop(tmp_path: Path) -> dict[str, list]:
     """Start the server (token file, trust store, one model), stop it; every record's
     ``(event, detail)`` of the two trust events, oldest first."""
-    model = tmp_path / "model"
-    model.mkdir(exist_ok=True)
-    settings = load_settings(
-        overrides={
-            "data_dir": str(tmp_path / "data"),
-            "listen": {"plaintext": ["127.0.0.1:0"]},
-            "metrics_listen": None,
-            "models": [{"name": "m", "path": str(model)}],
-            "auth": {"token_file": str(tmp_path / "tokens.txt")},
-            "trust": {"trust_store_dir": str(tmp_path / "trust")},
-        }
-    )
-    server = await Server.create(settings)
-    try:
+    async with started_server(
+        tmp_path,
+        auth={"token_file": str(tmp_path / "tokens.txt")},
+        trust={"trust_store_dir": str(tmp_path / "trust")},
+    ) as server:
         assert server.runtime.audit is not None
         out: dict[str, list] = {}
         for event in ("credentials_reloaded", "trust_store_reloaded"):
             rows = await server.runtime.audit.log.query(QueryFilter(event=event))
             out[event] = [decode_record(r.body)[2] for r in rows]
-    finally:
-        await server.frontend.stop(0)
-        await server.runtime.audit.close()
     return out
 
 
