@@ -68,6 +68,9 @@ final class ProtobufRuntimeCheck {
       if (v == null) {
         v = pomVersion();
       }
+      if (v == null) {
+        v = bundleVersion();
+      }
       return v != null ? v : "older than 4.26 (no com.google.protobuf.RuntimeVersion)";
     }
   }
@@ -84,6 +87,24 @@ final class ProtobufRuntimeCheck {
       p.load(in);
       return p.getProperty("version");
     } catch (IOException e) {
+      return null;
+    }
+  }
+
+  /**
+   * @return the {@code Bundle-Version} of the manifest of the jar holding protobuf-java (its
+   *     releases carry OSGi headers, not Maven metadata), or {@code null}
+   */
+  private static String bundleVersion() {
+    try {
+      java.net.URL cls = com.google.protobuf.Message.class.getResource("Message.class");
+      if (cls == null
+          || !(cls.openConnection() instanceof java.net.JarURLConnection jar)) {
+        return null;
+      }
+      java.util.jar.Manifest m = jar.getManifest();
+      return m == null ? null : m.getMainAttributes().getValue("Bundle-Version");
+    } catch (IOException | RuntimeException e) {
       return null;
     }
   }

@@ -103,8 +103,11 @@ public final class ReactorXinserveClient {
           Object lock = new Object();
           call.start(
               new ClientCall.Listener<R>() {
+                private boolean delivered;
+
                 @Override
                 public void onMessage(R message) {
+                  delivered = true;
                   sink.next(message);
                 }
 
@@ -113,7 +116,7 @@ public final class ReactorXinserveClient {
                   if (status.isOk()) {
                     sink.complete();
                   } else {
-                    sink.error(XinserveExceptions.of(status, trailers, rid));
+                    sink.error(XinserveExceptions.ofStream(status, trailers, rid, delivered));
                   }
                 }
               },

@@ -64,6 +64,7 @@ public final class ResponseStream<T> implements Iterator<T>, Iterable<T>, AutoCl
   private int consumedSinceRequest;
   private Object next;
   private boolean done;
+  private boolean delivered;
 
   private static final class Failure {
     final Status status;
@@ -250,9 +251,10 @@ public final class ResponseStream<T> implements Iterator<T>, Iterable<T>, AutoCl
       if (closedByCaller) {
         return false;
       }
-      throw XinserveExceptions.of(f.status, f.trailers, requestId);
+      throw XinserveExceptions.ofStream(f.status, f.trailers, requestId, delivered);
     }
     next = item;
+    delivered = true;
     // keep up to `prefetch` messages in flight, asking for more in batches (fewer thread hops)
     if (++consumedSinceRequest >= refill) {
       call.request(consumedSinceRequest);

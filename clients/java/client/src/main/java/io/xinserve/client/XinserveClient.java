@@ -754,8 +754,11 @@ public final class XinserveClient implements AutoCloseable {
     ClientCall<Q, R> call = newStreamCall(method, rid);
     call.start(
         new ClientCall.Listener<R>() {
+          private boolean delivered;
+
           @Override
           public void onMessage(R message) {
+            delivered = true;
             try {
               listener.onNext(message);
             } catch (RuntimeException e) {
@@ -770,7 +773,7 @@ public final class XinserveClient implements AutoCloseable {
             if (status.isOk()) {
               listener.onCompleted();
             } else {
-              listener.onError(XinserveExceptions.of(status, trailers, rid));
+              listener.onError(XinserveExceptions.ofStream(status, trailers, rid, delivered));
             }
           }
         },
@@ -1216,6 +1219,7 @@ public final class XinserveClient implements AutoCloseable {
      */
     public XinserveClient build() {
       ProtobufRuntimeCheck.verify();
+      GrpcRuntimeCheck.warnIfOlder();
       ManagedChannel owned = null;
       Channel base;
       MissingClientCertificate missingCertificate = null;

@@ -24,6 +24,7 @@ public class XinserveException extends RuntimeException {
   private final transient Map<String, String> errorMetadata;
   private final transient Duration retryDelay;
   private final String requestId;
+  private boolean afterMessages;
 
   /**
    * Creates an exception from its parts; normally done by {@link XinserveExceptions#from}.
@@ -79,12 +80,28 @@ public class XinserveException extends RuntimeException {
   }
 
   /**
+   * @return {@code true} if the failed call was a stream that had already delivered at least one
+   *     message (a partial result: the generation was cut off mid-way); {@code false} for a unary
+   *     call or a stream that failed before its first message
+   */
+  public boolean afterMessages() {
+    return afterMessages;
+  }
+
+  void markAfterMessages() {
+    afterMessages = true;
+  }
+
+  /**
    * @return {@code true} if trying the same call again later may succeed (UNAVAILABLE,
-   *     RESOURCE_EXHAUSTED, or any status that came with a RetryInfo)
+   *     RESOURCE_EXHAUSTED, or any status that came with a RetryInfo) and it delivered nothing yet;
+   *     {@code false} once a stream delivered a message ({@link #afterMessages()}), because a
+   *     new call would generate the delivered part again
    */
   public boolean isRetryable() {
-    return retryDelay != null
-        || code == Status.Code.UNAVAILABLE
-        || code == Status.Code.RESOURCE_EXHAUSTED;
+    return !afterMessages
+        && (retryDelay != null
+            || code == Status.Code.UNAVAILABLE
+            || code == Status.Code.RESOURCE_EXHAUSTED);
   }
 }

@@ -82,6 +82,26 @@ public final class XinserveExceptions {
     return of(status, trailers, status.asRuntimeException(trailers), requestId);
   }
 
+  /**
+   * As {@link #of(Status, Metadata, String)} for the end of a server stream.
+   *
+   * @param status the non-OK status
+   * @param trailers the trailers, may be {@code null}
+   * @param requestId the call's {@code x-request-id}, or {@code null}
+   * @param afterMessages whether the stream delivered at least one message before it failed (then
+   *     {@link XinserveException#afterMessages()} is {@code true} and the exception is not
+   *     retryable)
+   * @return the typed exception
+   */
+  public static XinserveException ofStream(
+      Status status, Metadata trailers, String requestId, boolean afterMessages) {
+    XinserveException e = of(status, trailers, status.asRuntimeException(trailers), requestId);
+    if (afterMessages) {
+      e.markAfterMessages();
+    }
+    return e;
+  }
+
   private static XinserveException of(
       Status status, Metadata trailers, Throwable cause, String requestId) {
     ErrorDetails details = decode(status, trailers).withRequestId(requestId);

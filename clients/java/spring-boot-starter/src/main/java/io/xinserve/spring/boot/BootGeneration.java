@@ -19,7 +19,7 @@ final class BootGeneration {
    * @param expectedMajor the Boot major version this module was built for
    * @param module this module's artifact id
    * @param alternative the artifact id to use on the other generation
-   * @throws IllegalStateException on another major version, naming both modules
+   * @throws XinserveBootGenerationException on another major version, naming both modules
    */
   static void require(String bootVersion, int expectedMajor, String module, String alternative) {
     if (bootVersion == null || bootVersion.isBlank()) {
@@ -27,7 +27,7 @@ final class BootGeneration {
     }
     String major = bootVersion.split("\\.", 2)[0];
     if (!major.equals(Integer.toString(expectedMajor))) {
-      throw new IllegalStateException(
+      throw new XinserveBootGenerationException(
           module
               + " is built for Spring Boot "
               + expectedMajor
@@ -35,7 +35,8 @@ final class BootGeneration {
               + bootVersion
               + "; use io.xinserve:"
               + alternative
-              + " instead (see docs/java.md, Spring Boot 3 and 4)");
+              + " instead (see docs/java.md, Spring Boot 3 and 4)",
+          alternative);
     }
   }
 

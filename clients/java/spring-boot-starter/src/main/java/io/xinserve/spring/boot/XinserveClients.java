@@ -39,13 +39,13 @@ public class XinserveClients implements DisposableBean {
   /**
    * @param name the client's name
    * @return the client
-   * @throws NoSuchElementException if no client has that name
+   * @throws UnknownXinserveClientException (a {@link NoSuchElementException}) if no client has
+   *     that name
    */
   public XinserveClient get(String name) {
     XinserveClient c = clients.get(name);
     if (c == null) {
-      throw new NoSuchElementException(
-          "no xinserve client named '" + name + "'; configured: " + clients.keySet());
+      throw new UnknownXinserveClientException(name, clients.keySet());
     }
     return c;
   }

@@ -33,10 +33,19 @@ import java.util.concurrent.TimeUnit;
  *       stream's duration in seconds;
  *   <li>{@code xinserve.client.cancellations} counter: calls ended with CANCELLED.
  * </ul>
+ *
+ * <p>The {@code model} tag has bounded cardinality, whatever strings callers send: a model name
+ * becomes a tag value only once the server accepted it (a call with it delivered a message or
+ * ended OK), and at most {@value #MAX_MODEL_TAGS} names per client do; any other name (an unknown
+ * model refused with NOT_FOUND, or names beyond the limit) is tagged {@code other}.
  */
 public class XinserveMetricsInterceptor implements ClientInterceptor {
+  /** The most model names one client's meters are tagged with; further names are {@code other}. */
+  public static final int MAX_MODEL_TAGS = 64;
+
   private final MeterRegistry registry;
   private final String client;
+  private final java.util.Set<String> acceptedModels = java.util.concurrent.ConcurrentHashMap.newKeySet();
 
   /**
    * @param registry where meters go
@@ -53,13 +62,13 @@ public class XinserveMetricsInterceptor implements ClientInterceptor {
     String name = method.getServiceName() + "/" + method.getBareMethodName();
     boolean streaming = method.getType() == MethodDescriptor.MethodType.SERVER_STREAMING;
     return new ForwardingClientCall.SimpleForwardingClientCall<>(next.newCall(method, callOptions)) {
-      private volatile String model = "none";
+      private volatile String requested = "none";
 
       @Override
       public void sendMessage(Q message) {
         String m = modelOf(message);
         if (m != null && !m.isEmpty()) {
-          model = m;
+          requested = m;
         }
         super.sendMessage(message);
       }
@@ -74,6 +83,8 @@ public class XinserveMetricsInterceptor implements ClientInterceptor {
 
               @Override
               public void onMessage(R message) {
+                accept(requested);
+                String model = tag(requested);
                 if (first == 0) {
                   first = System.nanoTime();
                   if (streaming) {
@@ -92,6 +103,10 @@ public class XinserveMetricsInterceptor implements ClientInterceptor {
               public void onClose(Status status, Metadata trailers) {
                 long end = System.nanoTime();
                 try {
+                  if (status.isOk()) {
+                    accept(requested);
+                  }
+                  String model = tag(requested);
                   Timer.builder("xinserve.client.calls")
                       .description("xinserve calls by method and status")
                       .tags("client", client, "method", name, "model", model, "status", status.getCode().name())
@@ -129,6 +144,16 @@ public class XinserveMetricsInterceptor implements ClientInterceptor {
             headers);
       }
     };
+  }
+
+  private void accept(String model) {
+    if (!"none".equals(model) && acceptedModels.size() < MAX_MODEL_TAGS) {
+      acceptedModels.add(model);
+    }
+  }
+
+  private String tag(String model) {
+    return "none".equals(model) || acceptedModels.contains(model) ? model : "other";
   }
 
   private static String modelOf(Object message) {

@@ -82,6 +82,10 @@ class XinserveClientAutoConfigurationTest {
             if (r.getModel().equals("block")) {
               return; // answers never: only a cancel or a deadline ends the call
             }
+            if (r.getModel().startsWith("unknown")) {
+              out.onError(io.grpc.Status.NOT_FOUND.withDescription("no such model").asRuntimeException());
+              return;
+            }
             out.onNext(
                 GenerateResponse.newBuilder()
                     .setUsage(Usage.newBuilder().setCompletionTokens(7))
@@ -450,12 +454,45 @@ class XinserveClientAutoConfigurationTest {
               while (cancellations(reg) < 2 && System.currentTimeMillis() < deadline) {
                 Thread.sleep(20);
               }
-              assertThat(reg.get("xinserve.client.cancellations").tags("method", gen, "model", "block").counter().count())
+              // "block" never got an answer, so it is not a tag value of its own
+              assertThat(reg.get("xinserve.client.cancellations").tags("method", gen, "model", "other").counter().count())
                   .isEqualTo(1);
-              assertThat(reg.get("xinserve.client.cancellations").tags("method", stream, "model", "block").counter().count())
+              assertThat(reg.get("xinserve.client.cancellations").tags("method", stream, "model", "other").counter().count())
                   .isEqualTo(1);
               assertThat(reg.get("xinserve.client.calls").tags("method", gen, "model", "m").timer().count())
                   .isEqualTo(1);
+            });
+  }
+
+  @Test
+  void theModelTagHoldsOnlyNamesTheServerAccepted() {
+    runner
+        .withPropertyValues("xinserve.client.address=x:1")
+        .withBean(MeterRegistry.class, SimpleMeterRegistry::new)
+        .run(
+            ctx -> {
+              MeterRegistry reg = ctx.getBean(MeterRegistry.class);
+              XinserveClient c = ctx.getBean(XinserveClient.class);
+              for (int i = 0; i < 100; i++) {
+                String model = "unknown-" + i;
+                org.assertj.core.api.Assertions.assertThatThrownBy(
+                        () -> c.generate(GenerateRequest.newBuilder().setModel(model).build()))
+                    .isInstanceOf(io.xinserve.client.errors.NotFoundException.class);
+              }
+              c.generate(GenerateRequest.newBuilder().setModel("m").build());
+              c.generate(GenerateRequest.newBuilder().setModel("m").build());
+              String gen = "xinserve.v1.InferenceService/Generate";
+              assertThat(
+                      reg.find("xinserve.client.calls").tags("method", gen).timers().stream()
+                          .map(t -> t.getId().getTag("model"))
+                          .distinct()
+                          .sorted()
+                          .toList())
+                  .containsExactly("m", "other");
+              assertThat(reg.get("xinserve.client.calls").tags("model", "other", "status", "NOT_FOUND").timer().count())
+                  .isEqualTo(100);
+              assertThat(reg.get("xinserve.client.calls").tags("model", "m", "status", "OK").timer().count())
+                  .isEqualTo(2);
             });
   }
 
