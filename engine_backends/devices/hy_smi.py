@@ -19,10 +19,12 @@ figure cannot be read is one DEGRADED card naming the field.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 
-from engine_backends.devices.model import Device, DeviceParseError, Health, unreadable_device
+from engine_backends.devices.model import Device, DeviceParseError, DeviceToolError, Health, unreadable_device
 from engine_backends.devices.numbers import index, memory_bytes, number, percent_ratio
+from engine_backends.devices.tool_runner import find_tool, run_tool
 
 TOOL = "hy-smi"
 ARGV = (
@@ -181,3 +183,36 @@ def parse_table(text: str) -> list[Device]:
         except DeviceParseError as exc:
             devices[idx] = unreadable_device("dcu", idx, exc)
     return [devices[i] for i in sorted(devices)]
+
+
+def read(timeout: float) -> list[Device]:
+    """The DCUs through ``hy-smi --json``, else (hy-smi present, JSON refused or unreadable)
+    through the plain table; the driver version from ``hy-smi --showdriverversion`` where the
+    first call did not give it. ``timeout`` is in seconds per call.
+
+    Raises:
+        DeviceToolError: hy-smi is missing, failed or timed out.
+        DeviceParseError: neither view is in a format the parsers know (both reasons named).
+    """
+    try:
+        devices = parse(run_tool(ARGV, timeout))
+    except (DeviceToolError, DeviceParseError) as json_error:
+        if find_tool(TOOL) is None:
+            raise
+        try:
+            devices = parse_table(run_tool(TABLE_ARGV, timeout))
+        except DeviceParseError as exc:
+            raise DeviceParseError(TOOL, f"{json_error}; plain table: {exc.reason}") from None
+        except DeviceToolError as exc:
+            raise DeviceToolError(f"{json_error}; {exc}") from None
+    return _with_driver(devices, timeout)
+
+
+def _with_driver(devices: list[Device], timeout: float) -> list[Device]:
+    if all(d.driver_version for d in devices):
+        return devices
+    try:
+        driver = parse_driver_version(run_tool(DRIVER_ARGV, timeout))
+    except DeviceToolError:
+        return devices
+    return [d if d.driver_version else dataclasses.replace(d, driver_version=driver) for d in devices]

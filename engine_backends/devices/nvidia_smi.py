@@ -17,6 +17,7 @@ from defusedxml import DefusedXmlException
 
 from engine_backends.devices.model import Device, DeviceParseError, DeviceToolError, Health
 from engine_backends.devices.numbers import is_na, memory_bytes, number, percent_ratio
+from engine_backends.devices.tool_runner import run_tool
 
 TOOL = "nvidia-smi"
 ARGV = ("nvidia-smi", "-q", "-x")
@@ -148,6 +149,22 @@ def read_nvml() -> list[Device]:
         raise DeviceToolError(f"NVML: {exc}") from None
     finally:
         pynvml.nvmlShutdown()
+
+
+def read(timeout: float) -> list[Device]:
+    """The NVIDIA devices through NVML, else through ``nvidia-smi -q -x`` (``timeout`` seconds).
+
+    Raises:
+        DeviceToolError: neither NVML nor nvidia-smi answered (the message gives both reasons).
+        DeviceParseError: nvidia-smi's XML is not in the format ``parse`` knows.
+    """
+    try:
+        return read_nvml()
+    except DeviceToolError as nvml_error:
+        try:
+            return parse(run_tool(ARGV, timeout))
+        except DeviceToolError as exc:
+            raise DeviceToolError(f"{nvml_error}; {exc}") from None
 
 
 def _nvml(call: Any, *args: Any) -> Any:

@@ -5,9 +5,10 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
-from engine_backends.devices.model import DeviceToolError
+from engine_backends.devices.model import Device, DeviceToolError
 
 MAX_OUTPUT_BYTES = 4 * 1024 * 1024
 # Where vendor installers put their tools when they are not on PATH.
@@ -53,7 +54,7 @@ def run_tool(argv: Sequence[str], timeout: float) -> str:
         raise DeviceToolError(f"{names} not found (not on PATH nor in the vendor's usual directories)")
     env = {**os.environ, "LC_ALL": "C", "LANG": "C"}
     try:
-        proc = subprocess.run(  # noqa: S603 - argv is a fixed vendor command line from inventory.TOOLS
+        proc = subprocess.run(  # noqa: S603 - argv is a fixed vendor command line from the chip registry
             [path, *argv[1:]], capture_output=True, timeout=timeout, stdin=subprocess.DEVNULL, env=env, check=False
         )
     except subprocess.TimeoutExpired:
@@ -67,3 +68,30 @@ def run_tool(argv: Sequence[str], timeout: float) -> str:
         detail = f": {first[0][:200]}" if first[0] else ""
         raise DeviceToolError(f"{name} exited with status {proc.returncode}{detail}")
     return proc.stdout.decode("utf-8", "replace")
+
+
+@dataclass(frozen=True)
+class ToolReader:
+    """A device kind read through one vendor command-line tool: run ``argv``, ``parse`` its output.
+
+    Attributes:
+        argv: the command line; its first word is the tool (found by ``find_tool``).
+        parse: the parser of the tool's standard output (raises ``DeviceParseError``).
+        read_with: ``(timeout seconds) -> devices``, replacing the plain run-and-parse for a kind
+            that needs more than that one call (a fallback view, a second call); None otherwise.
+    """
+
+    argv: tuple[str, ...]
+    parse: Callable[[str], list[Device]]
+    read_with: Callable[[float], list[Device]] | None = None
+
+    def __call__(self, timeout: float) -> list[Device]:
+        """The kind's devices now, each call of the tool limited to ``timeout`` seconds.
+
+        Raises:
+            DeviceToolError: as ``run_tool``.
+            DeviceParseError: the output is not in the format ``parse`` knows.
+        """
+        if self.read_with is not None:
+            return self.read_with(timeout)
+        return self.parse(run_tool(self.argv, timeout))

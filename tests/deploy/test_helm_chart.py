@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from engine_backends.platforms import PROFILES
-from service.config import Settings
+from service.settings.config import Settings
 from tests.deploy import crd_schemas
 from tests.deploy.helm import (
     CHART,

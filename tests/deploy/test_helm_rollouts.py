@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from service.app import AuditOpenFailed, open_audit
-from service.config import load_settings
+from service.lifecycle.server import AuditOpenFailed, open_audit
+from service.settings.config import load_settings
 from tests.deploy.helm import (
     POSTGRESQL,
     RenderError,

@@ -13,9 +13,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 # Importing these registers the metrics the alerts read on the default registry.
 import audit.metrics  # noqa: F401
-import service.device_monitor
-import service.metrics
-import service.model_metrics  # noqa: F401
+import service.core.metrics
+import service.runtime.device_monitor
+import service.runtime.model_metrics  # noqa: F401
 from tests.conftest import TINY
 from tests.deploy import crd_schemas
 from tests.deploy.helm import POSTGRESQL, RenderError, by_kind, render, skip_without_helm, validate_all

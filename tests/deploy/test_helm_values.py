@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from service.config import Settings
+from service.settings.config import Settings
 from tests.deploy.helm import (
     CHART,
     POSTGRESQL,

@@ -23,7 +23,7 @@ import pytest
 
 from engine_backends.engine_args_plan import plan_engine_args
 from engine_backends.platforms import PROFILES
-from service.config import Settings
+from service.settings.config import Settings
 
 pytest.importorskip("ray", reason="ray is a dev dependency (uv sync installs it)")
 # Two Ray node processes and vLLM's import take minutes on a loaded 2-core machine.

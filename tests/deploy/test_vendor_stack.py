@@ -189,6 +189,7 @@ def test_the_install_script_installs_beside_the_stack_and_refuses_to_change_it(n
     assert "engine stack unchanged (1 distributions): numpy==2.3.5" in done.stdout
     refused = _install(numpy_venv, "numpy==2.4.6")
     assert refused.returncode == 1 and "pip cannot install xinserve beside this image's engine stack" in refused.stderr
-    version = subprocess.run([str(numpy_venv), "-c", "import numpy; print(numpy.__version__)"],
-                             capture_output=True, text=True, check=True).stdout.strip()
+    version = subprocess.run(
+        [str(numpy_venv), "-c", "import numpy; print(numpy.__version__)"], capture_output=True, text=True, check=True
+    ).stdout.strip()
     assert version == "2.3.5"

@@ -6,10 +6,10 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from engine_backends.devices import read_inventory
-from service.config import ConfigError, Settings, load_settings
-from service.device_monitor import _MONITORS, DeviceMetrics, DeviceMonitor, device_message, ensure_monitor
-from service.runtime import Runtime
-from service.server_servicer import ServerServicer
+from service.frontends.grpc.server_servicer import ServerServicer
+from service.runtime.device_monitor import _MONITORS, DeviceMetrics, DeviceMonitor, device_message, ensure_monitor
+from service.runtime.state import Runtime
+from service.settings.config import ConfigError, Settings, load_settings
 from xinserve.v1 import server_pb2
 
 

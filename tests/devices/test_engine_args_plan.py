@@ -50,8 +50,8 @@ def test_a_models_own_engine_section_overrides_the_configuration():
 def test_the_server_starts_models_with_the_plan(tmp_path):
     import asyncio
 
-    from service.app import model_entries
-    from service.config import Settings
+    from service.lifecycle.server import model_entries
+    from service.settings.config import Settings
 
     big = tmp_path / "big"
     big.mkdir()

