@@ -1,8 +1,9 @@
 """SM2 signatures (GB/T 32918.2) with the GM/T 0009 default distinguishing ID, pinned.
 
 The curve arithmetic and signing come from ``gmssl-pyx`` (static GmSSL 3.x); key encodings are parsed
-and written here with ``asn1crypto``, strictly, because pyca/cryptography refuses SM2 keys. See
-docs/signing.md for the library comparison.
+and written here with ``asn1crypto``, strictly, because pyca/cryptography refuses SM2 keys; the
+password envelope of an encrypted private key is :mod:`trust.pkcs8`. See docs/signing.md for the
+library comparison.
 
 Fail-closed rules of :meth:`Sm2PublicKey.verify`: the signature must be strict DER
 ``SEQUENCE { INTEGER r, INTEGER s }`` with ``1 <= r, s < n`` and nothing after it; any exception of
@@ -14,19 +15,17 @@ from __future__ import annotations
 import base64
 import binascii
 import hmac
-import os
 import re
 from typing import Any
 
 import gmssl_pyx
 from asn1crypto import algos, core, keys
 from asn1crypto import pem as asn1_pem
-from cryptography.hazmat.primitives import hashes, padding
-from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
-from cryptography.hazmat.primitives.kdf.pbkdf2 import PBKDF2HMAC
 
+from trust import pkcs8
 from trust._curve import SM2P256V1
 from trust.errors import InvalidSignature, KeyFormatError
+from trust.pkcs8 import DEFAULT_KDF_ITERATIONS
 from trust.sm3 import sm3
 
 #: GM/T 0009-2012 default distinguishing ID. Pinned: never read from an artifact or an option.
@@ -34,12 +33,6 @@ DEFAULT_ID = b"1234567812345678"
 
 OID_EC_PUBLIC_KEY = "1.2.840.10045.2.1"
 OID_SM2_CURVE = "1.2.156.10197.1.301"
-OID_SM4_CBC = "1.2.156.10197.1.104.2"
-OID_HMAC_SM3 = "1.2.156.10197.1.401.2"
-
-#: PBKDF2 iterations for password-protected private keys written by :meth:`Sm2PrivateKey.to_pem`.
-DEFAULT_KDF_ITERATIONS = 200_000
-_MAX_KDF_ITERATIONS = 10_000_000
 
 _CURVE = SM2P256V1
 
@@ -268,7 +261,7 @@ class Sm2PrivateKey:
     def from_der(cls, der: bytes, password: bytes | None = None) -> Sm2PrivateKey:
         """Parse DER PKCS#8 ``PrivateKeyInfo`` (or ``EncryptedPrivateKeyInfo`` with ``password``)."""
         if password is not None:
-            der = _pkcs8_decrypt(der, password)
+            der = pkcs8.decrypt(der, password)
         pki = _strict_load(keys.PrivateKeyInfo, bytes(der), "private key")
         try:
             if pki["version"].native not in ("v1", 0):
@@ -335,7 +328,7 @@ class Sm2PrivateKey:
             return asn1_pem.armor("PRIVATE KEY", self.to_der())
         if not password:
             raise ValueError("an empty password protects nothing")
-        return asn1_pem.armor("ENCRYPTED PRIVATE KEY", _pkcs8_encrypt(self.to_der(), password, iterations))
+        return asn1_pem.armor("ENCRYPTED PRIVATE KEY", pkcs8.encrypt(self.to_der(), password, iterations))
 
     def public_key(self) -> Sm2PublicKey:
         return self._public
@@ -348,107 +341,6 @@ class Sm2PrivateKey:
 
     def __repr__(self) -> str:
         return f"Sm2PrivateKey(key_id={self._public.key_id[:16]}...)"
-
-
-# --- PKCS#8 encryption (PBES2) ---------------------------------------------------------------
-
-# asn1crypto knows PBES2 and PBKDF2; teach it the SM4-CBC cipher and the HMAC-SM3 PRF OIDs.
-if OID_SM4_CBC not in algos.EncryptionAlgorithmId._map:
-    algos.EncryptionAlgorithmId._map[OID_SM4_CBC] = "sm4_cbc"
-    algos.EncryptionAlgorithmId._reverse_map = None
-    algos.EncryptionAlgorithm._oid_specs["sm4_cbc"] = core.OctetString
-if OID_HMAC_SM3 not in algos.HmacAlgorithmId._map:
-    algos.HmacAlgorithmId._map[OID_HMAC_SM3] = "sm3"
-    algos.HmacAlgorithmId._reverse_map = None
-
-_PRFS: dict[str, hashes.HashAlgorithm] = {
-    "sm3": hashes.SM3(),
-    "sha256": hashes.SHA256(),
-    "sha512": hashes.SHA512(),
-}
-_CIPHERS: dict[str, tuple[type, int]] = {
-    "sm4_cbc": (algorithms.SM4, 16),
-    "aes256_cbc": (algorithms.AES, 32),
-    "aes128_cbc": (algorithms.AES, 16),
-}
-
-
-def _pkcs8_encrypt(der: bytes, password: bytes, iterations: int) -> bytes:
-    """PKCS#8 ``EncryptedPrivateKeyInfo``: PBES2 (RFC 8018) with PBKDF2-HMAC-SHA256 and SM4-CBC."""
-    salt, iv = os.urandom(16), os.urandom(16)
-    key = PBKDF2HMAC(hashes.SHA256(), 16, salt, iterations).derive(password)
-    padder = padding.PKCS7(128).padder()
-    enc = Cipher(algorithms.SM4(key), modes.CBC(iv)).encryptor()
-    ct = enc.update(padder.update(der) + padder.finalize()) + enc.finalize()
-    kdf = algos.KdfAlgorithm(
-        {
-            "algorithm": "pbkdf2",
-            "parameters": algos.Pbkdf2Params(
-                {
-                    "salt": algos.Pbkdf2Salt(name="specified", value=core.OctetString(salt)),
-                    "iteration_count": iterations,
-                    "prf": algos.HmacAlgorithm({"algorithm": "sha256", "parameters": core.Null()}),
-                }
-            ),
-        }
-    )
-    scheme = algos.EncryptionAlgorithm({"algorithm": "sm4_cbc", "parameters": core.OctetString(iv)})
-    info = keys.EncryptedPrivateKeyInfo(
-        {
-            "encryption_algorithm": algos.EncryptionAlgorithm(
-                {
-                    "algorithm": "pbes2",
-                    "parameters": algos.Pbes2Params({"key_derivation_func": kdf, "encryption_scheme": scheme}),
-                }
-            ),
-            "encrypted_data": ct,
-        }
-    )
-    return bytes(info.dump())
-
-
-def _pkcs8_decrypt(der: bytes, password: bytes) -> bytes:
-    """Decrypt a PBES2 ``EncryptedPrivateKeyInfo`` (PBKDF2 with HMAC-SM3/SHA-256/SHA-512;
-    SM4-CBC or AES-128/256-CBC); ``KeyFormatError`` for anything else or a wrong password."""
-    try:
-        info = keys.EncryptedPrivateKeyInfo.load(bytes(der), strict=True)
-        alg = info["encryption_algorithm"]
-        if alg["algorithm"].native != "pbes2":
-            raise KeyFormatError("only PBES2-encrypted private keys are supported")
-        pbes2 = alg["parameters"]
-        kdf_alg = pbes2["key_derivation_func"]
-        if kdf_alg["algorithm"].native != "pbkdf2":
-            raise KeyFormatError("only PBKDF2 key derivation is supported")
-        kdf = kdf_alg["parameters"]
-        if kdf["salt"].name != "specified":
-            raise KeyFormatError("only a specified PBKDF2 salt is supported")
-        prf = kdf["prf"]["algorithm"].native
-        if prf not in _PRFS:
-            raise KeyFormatError(f"unsupported PBKDF2 PRF {kdf['prf']['algorithm'].dotted}")
-        scheme = pbes2["encryption_scheme"]
-        cipher_name = scheme["algorithm"].native
-        if cipher_name not in _CIPHERS:
-            raise KeyFormatError(f"unsupported PKCS#8 cipher {scheme['algorithm'].dotted}")
-        cipher_cls, key_len = _CIPHERS[cipher_name]
-        iv = scheme["parameters"].native
-        iterations = kdf["iteration_count"].native
-        salt = kdf["salt"].chosen.native
-        ct = info["encrypted_data"].native
-    except KeyFormatError:
-        raise
-    except Exception:
-        raise KeyFormatError("malformed encrypted PKCS#8 private key") from None
-    if not isinstance(iv, bytes) or not 1 <= iterations <= _MAX_KDF_ITERATIONS or len(iv) != 16:
-        raise KeyFormatError("encrypted PKCS#8 parameters out of range")
-    if not ct or len(ct) % 16:
-        raise KeyFormatError("encrypted PKCS#8 parameters out of range")
-    key = PBKDF2HMAC(_PRFS[prf], key_len, salt, iterations).derive(password)
-    dec = Cipher(cipher_cls(key), modes.CBC(iv)).decryptor()
-    unpadder = padding.PKCS7(128).unpadder()
-    try:
-        return unpadder.update(dec.update(ct) + dec.finalize()) + unpadder.finalize()
-    except ValueError:
-        raise KeyFormatError("wrong password for the private key (or the key file is corrupt)") from None
 
 
 def b64decode_strict(text: str | bytes) -> bytes:

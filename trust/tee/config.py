@@ -15,16 +15,24 @@ from trust.tee.csv_guest import DEVICE
 ProviderName = Literal["none", "configfs-tsm", "csv", "recorded"]
 
 
+_LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain", "ip6-localhost", "ip6-loopback"})
+
+
 def _loopback(host: str) -> bool:
-    """A loopback KBS host: ``localhost`` or an address ``ipaddress`` calls loopback
-    (127.0.0.0/8, ::1). ``trust`` imports nothing of the server or client packages, so this is
-    the one rule of ``xinserve_client.addresses.is_loopback_host`` restated for URLs."""
-    if host.lower() == "localhost":
+    """A loopback KBS host: an address ``ipaddress`` calls loopback (127.0.0.0/8, ::1, and their
+    IPv4-mapped forms) or a conventional loopback name (``localhost``, ``*.localhost``, RFC 6761).
+    ``trust`` imports nothing of the server or client packages, so this restates
+    ``xinserve_client.addresses.is_loopback_host``; tests/tee/test_kbs_loopback_rule.py holds the
+    two equal."""
+    name = host.strip("[]").lower()
+    if name in _LOOPBACK_NAMES or name.endswith(".localhost"):
         return True
     try:
-        return ipaddress.ip_address(host).is_loopback
+        ip = ipaddress.ip_address(name)
     except ValueError:
         return False
+    mapped = getattr(ip, "ipv4_mapped", None)
+    return bool(ip.is_loopback or (mapped is not None and mapped.is_loopback))
 
 
 class TeeSettings(BaseModel):

@@ -37,20 +37,33 @@ def is_loopback_host(host: str) -> bool:
     return bool(ip.is_loopback or (mapped is not None and mapped.is_loopback))
 
 
-def is_loopback_target(target: str) -> bool:
-    """True for a gRPC target on a unix socket or a loopback host (``dns:``, ``ipv4:``,
-    ``ipv6:`` schemes, ``HOST:PORT``, ``[IPV6]:PORT``, a bare host or IPv6 address)."""
+def target_host(target: str) -> str | None:
+    """The host of a gRPC target or transport peer, without brackets or port; None for a unix
+    socket (``unix:``, ``unix-abstract:``).
+
+    Accepts the ``dns:``, ``dns:///``, ``ipv4:`` and ``ipv6:`` schemes (gRPC's naming doc and the
+    peer strings of ``grpc.ServicerContext.peer()``), ``HOST:PORT``, ``[IPV6]:PORT`` (brackets also
+    percent-encoded, ``%5B::1%5D:5000``, as newer gRPC peers write them), a bare host or IPv6
+    address: ``ipv4:127.0.0.1:5000`` → ``127.0.0.1``, ``ipv6:[::1]:5000`` → ``::1``.
+    """
     t = target
     if t.startswith(("unix:", "unix-abstract:")):
-        return True
+        return None
     for prefix in ("dns:///", "dns:", "ipv4:", "ipv6:"):
         if t.startswith(prefix):
             t = t[len(prefix) :]
             break
+    if t[:3].upper() == "%5B":
+        t = "[" + t[3:].replace("%5D", "]").replace("%5d", "]")
     if t.startswith("["):
-        host = t[1 : t.find("]")] if "]" in t else t[1:]
-    elif t.count(":") == 1:
-        host = t.rsplit(":", 1)[0]
-    else:
-        host = t
-    return is_loopback_host(host)
+        return t[1 : t.find("]")] if "]" in t else t[1:]
+    if t.count(":") == 1:
+        return t.rsplit(":", 1)[0]
+    return t
+
+
+def is_loopback_target(target: str) -> bool:
+    """True for a gRPC target on a unix socket or a loopback host (the forms of
+    :func:`target_host`)."""
+    host = target_host(target)
+    return host is None or is_loopback_host(host)
