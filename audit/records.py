@@ -141,23 +141,67 @@ class AuditRecord:
         object.__setattr__(self, "detail", dict(self.detail))
 
 
-_STR_FIELDS = (
-    "outcome",
-    "principal",
-    "auth_method",
-    "cert_fingerprint",
-    "cert_subject",
-    "peer",
-    "method",
-    "model",
-    "manifest_digest",
-    "request_id",
-    "trace_id",
-    "content_key_id",
-)
-_INT_FIELDS = ("time_ms", "prompt_tokens", "output_tokens", "latency_us")
-_HEX_FIELDS = ("prompt_sm3", "output_sm3")
-_ALL_FIELDS = frozenset(f.name for f in dataclasses.fields(AuditRecord))
+class FieldKind(StrEnum):
+    """How a record field is encoded: its JSON type and the checks on it."""
+
+    EVENT = "event"
+    TEXT = "text"
+    INT = "int"
+    HEX = "hex"
+    """Lower-case hex text."""
+    BYTES = "bytes"
+    """Base64 text."""
+    DETAIL = "detail"
+
+
+RECORD_FIELDS: Mapping[int, Mapping[str, FieldKind]] = {
+    1: {
+        "event": FieldKind.EVENT,
+        "outcome": FieldKind.TEXT,
+        "time_ms": FieldKind.INT,
+        "principal": FieldKind.TEXT,
+        "auth_method": FieldKind.TEXT,
+        "cert_fingerprint": FieldKind.TEXT,
+        "cert_subject": FieldKind.TEXT,
+        "peer": FieldKind.TEXT,
+        "method": FieldKind.TEXT,
+        "model": FieldKind.TEXT,
+        "manifest_digest": FieldKind.TEXT,
+        "request_id": FieldKind.TEXT,
+        "trace_id": FieldKind.TEXT,
+        "prompt_tokens": FieldKind.INT,
+        "output_tokens": FieldKind.INT,
+        "latency_us": FieldKind.INT,
+        "prompt_sm3": FieldKind.HEX,
+        "output_sm3": FieldKind.HEX,
+        "content": FieldKind.BYTES,
+        "content_key_id": FieldKind.TEXT,
+        "detail": FieldKind.DETAIL,
+    },
+}
+"""The record fields of each format version (``v``), with their encoding. The rule for how the
+format grows (docs/audit.md, *Record format versions*): a version's fields never change once
+records were written with it; a field is added only with a new version, whose entry lists every
+field it has; the decoder accepts exactly the fields its version declares."""
+
+
+def check_declared(record_fields: frozenset[str], declared: Mapping[str, FieldKind]) -> None:
+    """Raise ``TypeError`` unless ``record_fields`` (``AuditRecord``'s) equal ``declared`` (the
+    current version's entry of :data:`RECORD_FIELDS`)."""
+    undeclared, missing = record_fields - set(declared), set(declared) - record_fields
+    if undeclared or missing:
+        raise TypeError(
+            f"AuditRecord and RECORD_FIELDS[{FORMAT_VERSION}] differ: undeclared {sorted(undeclared)}, "
+            f"missing {sorted(missing)}; a new field needs a new format version (docs/audit.md)"
+        )
+
+
+_FIELDS = RECORD_FIELDS[FORMAT_VERSION]
+check_declared(frozenset(f.name for f in dataclasses.fields(AuditRecord)), _FIELDS)
+_STR_FIELDS = tuple(name for name, kind in _FIELDS.items() if kind is FieldKind.TEXT)
+_INT_FIELDS = tuple(name for name, kind in _FIELDS.items() if kind is FieldKind.INT)
+_HEX_FIELDS = tuple(name for name, kind in _FIELDS.items() if kind is FieldKind.HEX)
+_ALL_FIELDS = frozenset(_FIELDS)
 _ENVELOPE = frozenset({"v", "chain", "seq"})
 
 
@@ -337,9 +381,10 @@ def decode_record(body: bytes) -> tuple[str, int, AuditRecord]:
     what it decodes to (so two different byte strings never verify as the same record).
     """
     obj = parse_body(body)
-    if obj.get("v") != FORMAT_VERSION:
+    version = obj.get("v")
+    if type(version) is not int or version not in RECORD_FIELDS:
         raise AuditEncodingError("unsupported record format version")
-    unknown = set(obj) - _ALL_FIELDS - _ENVELOPE
+    unknown = set(obj) - set(RECORD_FIELDS[version]) - _ENVELOPE
     if unknown:
         raise AuditEncodingError(f"unknown record fields: {sorted(unknown)}")
     kwargs: dict[str, Any] = {k: v for k, v in obj.items() if k not in _ENVELOPE}

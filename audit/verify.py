@@ -30,6 +30,7 @@ from audit.config import MIN_RETENTION_DAYS
 from audit.errors import AuditEncodingError, AuditRangeError, UnknownChainError
 from audit.records import MAX_SAFE_INT
 from audit.stores.base import Store
+from trust.compat import StrEnum
 
 DAY_MS = 86_400_000
 
@@ -38,9 +39,48 @@ MAX_RECORD_PROBLEMS = 100
 scan goes on to the end and one ``more_problems`` entry counts the ones not listed."""
 
 
+class ProblemKind(StrEnum):
+    """What a verification problem is about (``Problem.kind``; the CLI and ``VerifyLog`` print the value)."""
+
+    ANCHOR_BAD_SIGNATURE = "anchor_bad_signature"
+    ANCHOR_MISSING = "anchor_missing"
+    ANCHOR_RECORD_ALTERED = "anchor_record_altered"
+    ANCHOR_RECORD_MISSING = "anchor_record_missing"
+    ANCHOR_TIMESTAMP_INVALID = "anchor_timestamp_invalid"
+    ANCHOR_UNTRUSTED = "anchor_untrusted"
+    CHECKPOINT_AFTER_CLOSE = "checkpoint_after_close"
+    CHECKPOINT_BAD_SIGNATURE = "checkpoint_bad_signature"
+    CHECKPOINT_CHAIN_BROKEN = "checkpoint_chain_broken"
+    CHECKPOINT_COLUMNS_ALTERED = "checkpoint_columns_altered"
+    CHECKPOINT_GAP = "checkpoint_gap"
+    CHECKPOINT_MALFORMED = "checkpoint_malformed"
+    CHECKPOINT_MISPLACED = "checkpoint_misplaced"
+    CHECKPOINT_MISSING = "checkpoint_missing"
+    CHECKPOINT_REGRESSED = "checkpoint_regressed"
+    CHECKPOINT_TIME_FORGED = "checkpoint_time_forged"
+    CHECKPOINT_UNTRUSTED_KEY = "checkpoint_untrusted_key"
+    MORE_PROBLEMS = "more_problems"
+    NO_CHECKPOINT = "no_checkpoint"
+    PURGE_ARCHIVE_ALTERED = "purge_archive_altered"
+    PURGE_ARCHIVE_INVALID = "purge_archive_invalid"
+    PURGE_ARCHIVE_MISSING = "purge_archive_missing"
+    PURGE_MALFORMED = "purge_malformed"
+    PURGE_TOO_EARLY = "purge_too_early"
+    PURGE_UNPROVEN = "purge_unproven"
+    RECHAINED = "rechained"
+    RECORD_ALTERED = "record_altered"
+    RECORD_MISSING = "record_missing"
+    RECORDS_AFTER_CLOSE = "records_after_close"
+    SCHEMA_ALTERED = "schema_altered"
+    STALE = "stale"
+    STORE_MISSING = "store_missing"
+    TAIL_UNSIGNED = "tail_unsigned"
+    TRUNCATED = "truncated"
+
+
 @dataclass(frozen=True, slots=True)
 class Problem:
-    kind: str
+    kind: ProblemKind
     message: str
     seq: int | None = None
     """The first record concerned, when the problem is about records."""
@@ -172,7 +212,7 @@ def verify_store(
     schema = store.schema_problems() if store.schema_exists() else []
     if schema:
         report = ChainReport(chain="*")
-        report.problems.extend(Problem("schema_altered", f"{p}: the store was tampered with") for p in schema)
+        report.problems.extend(Problem(ProblemKind.SCHEMA_ALTERED, f"{p}: the store was tampered with") for p in schema)
         return VerifyReport([report])
     anchored_chains = {a.checkpoint.chain for a in anchor_set.checkpoints} | {c for c, _ in anchor_set.records}
     if not store.schema_exists():
@@ -221,12 +261,16 @@ def split_anchors(anchors: AnchorSet, trusted: dict[str, Verifier]) -> tuple[Anc
         c = a.checkpoint
         key = trusted.get(c.key_id)
         if key is None:
-            problem = Problem("anchor_untrusted", f"anchor {c.n} is not signed by a trusted key", checkpoint=c.n)
+            problem = Problem(
+                ProblemKind.ANCHOR_UNTRUSTED, f"anchor {c.n} is not signed by a trusted key", checkpoint=c.n
+            )
         else:
             try:
                 key.verify(a.signature, a.payload)
             except InvalidSignature:
-                problem = Problem("anchor_bad_signature", f"anchor {c.n} has an invalid signature", checkpoint=c.n)
+                problem = Problem(
+                    ProblemKind.ANCHOR_BAD_SIGNATURE, f"anchor {c.n} has an invalid signature", checkpoint=c.n
+                )
             else:
                 kept.checkpoints.append(a)
                 continue
@@ -253,7 +297,7 @@ def gone_chain_report(chain: str, anchors: AnchorSet) -> ChainReport:
     for a in (a for a in anchors.checkpoints if a.checkpoint.chain == chain):
         report.problems.append(
             Problem(
-                "anchor_missing",
+                ProblemKind.ANCHOR_MISSING,
                 f"chain {chain!r} is gone from the store, but its checkpoint {a.checkpoint.n} "
                 f"(covering {a.checkpoint.tree_size} records) was kept as an anchor: the chain was deleted",
                 seq=a.checkpoint.tree_size or None,
@@ -264,7 +308,7 @@ def gone_chain_report(chain: str, anchors: AnchorSet) -> ChainReport:
     if recs:
         report.problems.append(
             Problem(
-                "anchor_record_missing",
+                ProblemKind.ANCHOR_RECORD_MISSING,
                 f"chain {chain!r} is gone from the store, but records {recs[0]}..{recs[-1]} were shipped off the host",
                 seq=recs[0],
             )
@@ -282,7 +326,7 @@ def missing_store_report(anchors: AnchorSet, why: str, keys: Sequence[Verifier] 
     chains = sorted({a.checkpoint.chain for a in anchors.checkpoints} | {c for c, _ in anchors.records})
     reports = [gone_chain_report(c, anchors) for c in chains]
     for r in reports:
-        r.problems.insert(0, Problem("store_missing", why))
+        r.problems.insert(0, Problem(ProblemKind.STORE_MISSING, why))
     return VerifyReport(_with_forged(reports, forged, None))
 
 
@@ -327,17 +371,21 @@ def _check_anchors(
         c = a.checkpoint
         key = trusted.get(c.key_id)
         if key is None:
-            problems.append(Problem("anchor_untrusted", f"anchor {c.n} is not signed by a trusted key", checkpoint=c.n))
+            problems.append(
+                Problem(ProblemKind.ANCHOR_UNTRUSTED, f"anchor {c.n} is not signed by a trusted key", checkpoint=c.n)
+            )
             continue
         try:
             key.verify(a.signature, a.payload)
         except InvalidSignature:
-            problems.append(Problem("anchor_bad_signature", f"anchor {c.n} has an invalid signature", checkpoint=c.n))
+            problems.append(
+                Problem(ProblemKind.ANCHOR_BAD_SIGNATURE, f"anchor {c.n} has an invalid signature", checkpoint=c.n)
+            )
             continue
         if raw_by_n.get(c.n) != a.payload:
             problems.append(
                 Problem(
-                    "anchor_missing",
+                    ProblemKind.ANCHOR_MISSING,
                     f"checkpoint {c.n} (covering {c.tree_size} records) that was anchored off the host is no "
                     "longer in the log: the log was rolled back, truncated, wiped or rewritten",
                     seq=c.tree_size if c.tree_size > 0 else None,
@@ -347,13 +395,17 @@ def _check_anchors(
         if times.checked:
             if a.payload in times.invalid:
                 problems.append(
-                    Problem("anchor_timestamp_invalid", f"anchor {c.n}: {times.invalid[a.payload]}", checkpoint=c.n)
+                    Problem(
+                        ProblemKind.ANCHOR_TIMESTAMP_INVALID,
+                        f"anchor {c.n}: {times.invalid[a.payload]}",
+                        checkpoint=c.n,
+                    )
                 )
             gen = times.gen_ms.get(a.payload)
             if gen is not None and c.time_ms - gen > tolerance_ms(0):
                 problems.append(
                     Problem(
-                        "checkpoint_time_forged",
+                        ProblemKind.CHECKPOINT_TIME_FORGED,
                         f"checkpoint {c.n} claims a time {(c.time_ms - gen) // 1000} s later than the "
                         "time-stamping authority saw it",
                         checkpoint=c.n,
@@ -370,7 +422,7 @@ def _check_anchors(
         if missing:
             problems.append(
                 Problem(
-                    "anchor_record_missing",
+                    ProblemKind.ANCHOR_RECORD_MISSING,
                     f"{len(missing)} records shipped off the host are not in the log (first {missing[0]})",
                     seq=missing[0],
                 )
@@ -378,7 +430,7 @@ def _check_anchors(
         if altered:
             problems.append(
                 Problem(
-                    "anchor_record_altered",
+                    ProblemKind.ANCHOR_RECORD_ALTERED,
                     f"{len(altered)} records differ from what was shipped off the host (first {altered[0]})",
                     seq=altered[0],
                 )
@@ -417,7 +469,7 @@ def _check_purges(
                 )
                 problems.append(
                     Problem(
-                        "purge_unproven",
+                        ProblemKind.PURGE_UNPROVEN,
                         f"purge checkpoint {cp.n} claims records up to {through} were older than {days} days: {why}",
                         seq=through,
                         checkpoint=cp.n,
@@ -435,21 +487,23 @@ def _check_purge_archive(
     if not name or "/" in name or name.startswith(".") or not path.is_file():
         report.problems.append(
             Problem(
-                "purge_archive_missing", f"the archive {name!r} of purge checkpoint {cp.n} is missing", checkpoint=cp.n
+                ProblemKind.PURGE_ARCHIVE_MISSING,
+                f"the archive {name!r} of purge checkpoint {cp.n} is missing",
+                checkpoint=cp.n,
             )
         )
         return
     if file_sm3(path).hex() != str(cp.extra.get("archive_sm3", "")):
         report.problems.append(
             Problem(
-                "purge_archive_altered",
+                ProblemKind.PURGE_ARCHIVE_ALTERED,
                 f"the archive {name} differs from the one purge checkpoint {cp.n} signed",
                 checkpoint=cp.n,
             )
         )
         return
     for msg in verify_archive(path, list(trusted.values()), key):
-        report.problems.append(Problem("purge_archive_invalid", f"archive {name}: {msg}", checkpoint=cp.n))
+        report.problems.append(Problem(ProblemKind.PURGE_ARCHIVE_INVALID, f"archive {name}: {msg}", checkpoint=cp.n))
 
 
 def _check_range(start: int | None, end: int | None) -> None:
@@ -491,17 +545,19 @@ def _verify_checkpoints(
         try:
             cp = Checkpoint.from_payload(payload)
         except AuditEncodingError as exc:
-            problems.append(Problem("checkpoint_malformed", f"checkpoint {n}: {exc}", checkpoint=n))
+            problems.append(Problem(ProblemKind.CHECKPOINT_MALFORMED, f"checkpoint {n}: {exc}", checkpoint=n))
             prev = None
             continue
         report.checkpoints_checked += 1
         if cp.n != n or cp.chain != chain:
-            problems.append(Problem("checkpoint_misplaced", f"checkpoint stored as n={n} says n={cp.n}", checkpoint=n))
+            problems.append(
+                Problem(ProblemKind.CHECKPOINT_MISPLACED, f"checkpoint stored as n={n} says n={cp.n}", checkpoint=n)
+            )
             continue
         if columns.get(n) != (str(cp.kind), cp.time_ms, cp.tree_size):
             problems.append(
                 Problem(
-                    "checkpoint_columns_altered",
+                    ProblemKind.CHECKPOINT_COLUMNS_ALTERED,
                     f"the kind, time or size columns of checkpoint {n} disagree with its signed payload",
                     checkpoint=n,
                 )
@@ -509,34 +565,44 @@ def _verify_checkpoints(
         key = trusted.get(cp.key_id)
         if key is None:
             problems.append(
-                Problem("checkpoint_untrusted_key", f"checkpoint {n} is signed by an untrusted key", checkpoint=n)
+                Problem(
+                    ProblemKind.CHECKPOINT_UNTRUSTED_KEY, f"checkpoint {n} is signed by an untrusted key", checkpoint=n
+                )
             )
             continue
         try:
             key.verify(signature, payload)
         except InvalidSignature:
-            problems.append(Problem("checkpoint_bad_signature", f"checkpoint {n}: invalid signature", checkpoint=n))
+            problems.append(
+                Problem(ProblemKind.CHECKPOINT_BAD_SIGNATURE, f"checkpoint {n}: invalid signature", checkpoint=n)
+            )
             continue
         if n != expect_n:
             problems.append(
-                Problem("checkpoint_missing", f"checkpoints {expect_n}..{n - 1} are missing", checkpoint=expect_n)
+                Problem(
+                    ProblemKind.CHECKPOINT_MISSING, f"checkpoints {expect_n}..{n - 1} are missing", checkpoint=expect_n
+                )
             )
         if prev is not None and n == prev.n + 1:
             if cp.prev != prev.digest():
                 problems.append(
-                    Problem("checkpoint_chain_broken", f"checkpoint {n} does not link to {prev.n}", checkpoint=n)
+                    Problem(
+                        ProblemKind.CHECKPOINT_CHAIN_BROKEN, f"checkpoint {n} does not link to {prev.n}", checkpoint=n
+                    )
                 )
             if cp.time_ms < prev.time_ms or cp.tree_size < prev.tree_size:
                 problems.append(
-                    Problem("checkpoint_regressed", f"checkpoint {n} goes back in time or size", checkpoint=n)
+                    Problem(ProblemKind.CHECKPOINT_REGRESSED, f"checkpoint {n} goes back in time or size", checkpoint=n)
                 )
             if prev.kind is CheckpointKind.CLOSE:
                 if cp.kind not in (CheckpointKind.OPEN, CheckpointKind.RECOVERY):
-                    problems.append(Problem("checkpoint_after_close", f"checkpoint {n} follows a close", checkpoint=n))
+                    problems.append(
+                        Problem(ProblemKind.CHECKPOINT_AFTER_CLOSE, f"checkpoint {n} follows a close", checkpoint=n)
+                    )
                 elif cp.tree_size != prev.tree_size:
                     problems.append(
                         Problem(
-                            "records_after_close",
+                            ProblemKind.RECORDS_AFTER_CLOSE,
                             f"records {prev.tree_size + 1}..{cp.tree_size} were added after the closing "
                             f"checkpoint {prev.n}",
                             seq=prev.tree_size + 1,
@@ -553,7 +619,7 @@ def _verify_checkpoints(
             elif cp.time_ms - prev.time_ms > tolerance_ms(prev.interval_s):
                 problems.append(
                     Problem(
-                        "checkpoint_gap",
+                        ProblemKind.CHECKPOINT_GAP,
                         f"no checkpoint between {prev.n} and {n} for {(cp.time_ms - prev.time_ms) // 1000} s "
                         f"(interval {prev.interval_s} s): records or checkpoints may have been removed",
                         checkpoint=n,
@@ -583,12 +649,14 @@ def _purge_ok(cp: Checkpoint, report: ChainReport) -> bool:
         days = int(x["retention_days"])
         bytes.fromhex(str(x["anchor_hash"]))
     except (KeyError, ValueError, TypeError):
-        report.problems.append(Problem("purge_malformed", f"purge checkpoint {cp.n} is malformed", checkpoint=cp.n))
+        report.problems.append(
+            Problem(ProblemKind.PURGE_MALFORMED, f"purge checkpoint {cp.n} is malformed", checkpoint=cp.n)
+        )
         return False
     if days < MIN_RETENTION_DAYS or cutoff > cp.time_ms - MIN_RETENTION_DAYS * DAY_MS or through > cp.tree_size:
         report.problems.append(
             Problem(
-                "purge_too_early",
+                ProblemKind.PURGE_TOO_EARLY,
                 f"purge checkpoint {cp.n} removed records younger than {MIN_RETENTION_DAYS} days",
                 seq=1,
                 checkpoint=cp.n,
@@ -644,7 +712,7 @@ def _verify_chain(
         if covered > present_end and covered >= start:
             problems.append(
                 Problem(
-                    "truncated",
+                    ProblemKind.TRUNCATED,
                     f"checkpoint covers records through {covered}, but the log ends at {present_end}",
                     seq=present_end + 1,
                 )
@@ -656,7 +724,7 @@ def _verify_chain(
         if covered > base_seq:
             problems.append(
                 Problem(
-                    "truncated",
+                    ProblemKind.TRUNCATED,
                     f"checkpoint {last_cp.n if last_cp else '?'} covers records through {covered}, "
                     f"but no record after {base_seq} is left",
                     seq=base_seq + 1,
@@ -672,10 +740,10 @@ def _verify_chain(
         lo, h = start, store.hash_at(chain, start - 1)
     if bounds[0] > lo:
         why = " (deleted without a signed purge)" if lo == base_seq + 1 else ""
-        problems.append(Problem("record_missing", f"records {lo}..{bounds[0] - 1} are missing{why}", seq=lo))
+        problems.append(Problem(ProblemKind.RECORD_MISSING, f"records {lo}..{bounds[0] - 1} are missing{why}", seq=lo))
         lo, h = bounds[0], None
     elif h is None:
-        problems.append(Problem("record_missing", f"record {lo - 1} is missing", seq=lo - 1))
+        problems.append(Problem(ProblemKind.RECORD_MISSING, f"record {lo - 1} is missing", seq=lo - 1))
     hi = min(end, bounds[1]) if end is not None else bounds[1]
     n_checked, expect = _scan_records(store, chain, cps, lo, hi, h, base_seq, report, progress)
     report.records_checked = n_checked
@@ -688,17 +756,21 @@ def _verify_chain(
     if covered_here > last_present:
         problems.append(
             Problem(
-                "truncated",
+                ProblemKind.TRUNCATED,
                 f"checkpoint covers records through {covered_here}, but the log ends at {last_present}",
                 seq=last_present + 1,
             )
         )
     elif last_present < hi:
-        problems.append(Problem("record_missing", f"record {last_present + 1} is missing", seq=last_present + 1))
+        problems.append(
+            Problem(ProblemKind.RECORD_MISSING, f"record {last_present + 1} is missing", seq=last_present + 1)
+        )
     mismatch = store.column_mismatches(chain, lo, hi)
     if mismatch is not None:
         problems.append(
-            Problem("record_altered", f"indexed columns of record {mismatch} disagree with its body", seq=mismatch)
+            Problem(
+                ProblemKind.RECORD_ALTERED, f"indexed columns of record {mismatch} disagree with its body", seq=mismatch
+            )
         )
     if end is None and last_cp is not None:
         report.unsigned_tail = max(0, last_present - covered)
@@ -706,7 +778,7 @@ def _verify_chain(
             if last_cp.kind is CheckpointKind.CLOSE:
                 problems.append(
                     Problem(
-                        "records_after_close",
+                        ProblemKind.RECORDS_AFTER_CLOSE,
                         f"records {covered + 1}..{last_present} follow the closing checkpoint {last_cp.n}",
                         seq=covered + 1,
                     )
@@ -716,7 +788,7 @@ def _verify_chain(
                 if last_rec is not None and last_rec.time_ms - last_cp.time_ms > tolerance_ms(last_cp.interval_s):
                     problems.append(
                         Problem(
-                            "tail_unsigned",
+                            ProblemKind.TAIL_UNSIGNED,
                             f"records {covered + 1}..{last_present} span beyond the checkpoint interval "
                             "without a checkpoint: checkpoints were removed",
                             seq=covered + 1,
@@ -729,7 +801,7 @@ def _verify_chain(
         ):
             problems.append(
                 Problem(
-                    "stale",
+                    ProblemKind.STALE,
                     f"the log ends without a closing checkpoint and its last checkpoint ({last_cp.n}) is "
                     f"{(now_ms - last_cp.time_ms) // 1000} s old: its tail was truncated, "
                     "or its writer crashed "
@@ -743,9 +815,9 @@ def _verify_chain(
         first = next(iter(store.records(chain, lo, lo)), None)
         last_rec = next(iter(store.records(chain, last_present, last_present)), None)
         if first is not None and last_rec is not None and last_rec.time_ms - first.time_ms > tolerance_ms(60):
-            problems.append(Problem("no_checkpoint", "no signed checkpoint covers these records", seq=lo))
+            problems.append(Problem(ProblemKind.NO_CHECKPOINT, "no signed checkpoint covers these records", seq=lo))
         elif now_ms is not None and first is not None and now_ms - first.time_ms > tolerance_ms(60):
-            problems.append(Problem("no_checkpoint", "no signed checkpoint covers these records", seq=lo))
+            problems.append(Problem(ProblemKind.NO_CHECKPOINT, "no signed checkpoint covers these records", seq=lo))
     return report
 
 
@@ -798,7 +870,7 @@ def _scan_records(
         if seq != expect or h is None:
             if seq != expect:
                 gap = f"record {expect} is missing" if seq == expect + 1 else f"records {expect}..{seq - 1} are missing"
-                note(Problem("record_missing", gap, seq=expect))
+                note(Problem(ProblemKind.RECORD_MISSING, gap, seq=expect))
             h = stored  # nothing to chain from: trust the stored hash
             resynced_at, rechain_reported = seq, False
             compare_head = True
@@ -817,7 +889,7 @@ def _scan_records(
                 )
                 note(
                     Problem(
-                        "record_altered",
+                        ProblemKind.RECORD_ALTERED,
                         f"record {seq} does not chain from {prev}: it was modified, inserted or reordered"
                         + (f", or the hash stored for record {seq - 1} was changed" if seq - 1 > base_seq else ""),
                         seq=seq,
@@ -834,7 +906,7 @@ def _scan_records(
                         since = max(verified_upto + 1, resynced_at)
                         note(
                             Problem(
-                                "rechained",
+                                ProblemKind.RECHAINED,
                                 f"records {since}..{seq} do not match the signed head of checkpoint {cp.n}: "
                                 "altered, inserted, removed or reordered and re-chained without the signing key",
                                 seq=since,
@@ -852,7 +924,7 @@ def _scan_records(
     if unlisted:
         problems.append(
             Problem(
-                "more_problems",
+                ProblemKind.MORE_PROBLEMS,
                 f"{unlisted} more broken records from record {first_unlisted} on are not listed "
                 f"(at most {MAX_RECORD_PROBLEMS} are)",
             )
@@ -867,9 +939,9 @@ def verify_archive_records(
     expect, h = prev_seq + 1, prev_hash
     for seq, body, stored in rows:
         if seq != expect:
-            return Problem("record_missing", f"archived record {expect} is missing", seq=expect)
+            return Problem(ProblemKind.RECORD_MISSING, f"archived record {expect} is missing", seq=expect)
         h = chain_hash(h, body)
         if h != stored:
-            return Problem("record_altered", f"archived record {seq} does not match its chain hash", seq=seq)
+            return Problem(ProblemKind.RECORD_ALTERED, f"archived record {seq} does not match its chain hash", seq=seq)
         expect += 1
     return expect - 1, h

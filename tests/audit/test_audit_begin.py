@@ -1,5 +1,5 @@
 """A call that started leaves a trace even if the process dies before its end record: the
-``rpc_begin`` record (``service.audit_trail.AuditTrail.record_begin``) is durable on return."""
+``rpc_begin`` record (``service.core.audit_trail.AuditTrail.record_begin``) is durable on return."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from audit.log import AuditLog
 from audit.records import EventType, parse_body
 from audit.stores.sqlite import SqliteStore
 from audit.verify import verify_store
-from service.audit_trail import AuditTrail
-from service.call_context import CallInfo, Principal
+from service.core.audit_trail import AuditTrail
+from service.core.call_context import CallInfo, Principal
 
 
 async def test_a_begun_call_survives_a_crash_before_its_end(sqlite_backend: Backend, key, tmp_path: Path) -> None:

@@ -22,9 +22,9 @@ from cryptography.x509.oid import NameOID
 import audit.cli
 from audit.log import AuditLog
 from audit.principals import PrincipalFilterError, principal_candidates, render_name
-from service.audit_servicer import _filter
-from service.call_context import CallRecord
-from service.status import RpcError
+from service.core.call_context import CallRecord
+from service.core.status import RpcError
+from service.frontends.grpc.audit_servicer import _filter
 from xinserve.v1 import audit_pb2
 
 NAMEOPTS = ("compat", "oneline", "RFC2253", "multiline", "sep_semi_plus_space", "sep_comma_plus_space", "utf8")

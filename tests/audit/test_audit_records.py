@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -10,10 +11,14 @@ from hypothesis import strategies as st
 
 from audit.errors import AuditEncodingError
 from audit.records import (
+    FORMAT_VERSION,
     MAX_SAFE_INT,
+    RECORD_FIELDS,
     AuditRecord,
     EventType,
+    FieldKind,
     canonical_json,
+    check_declared,
     decode_record,
     encode_record,
     record_to_obj,
@@ -26,29 +31,33 @@ hexstr = st.none() | st.binary(min_size=32, max_size=32).map(bytes.hex)
 detail_key = st.from_regex(r"[a-z][a-z0-9_]{0,20}", fullmatch=True)
 detail_val = st.booleans() | st.integers(min_value=-MAX_SAFE_INT, max_value=MAX_SAFE_INT) | text
 
+_BY_KIND = {
+    FieldKind.EVENT: st.sampled_from(list(EventType)),
+    FieldKind.TEXT: opt_text,
+    FieldKind.INT: opt_int,
+    FieldKind.HEX: hexstr,
+    FieldKind.BYTES: st.none() | st.binary(max_size=64),
+    FieldKind.DETAIL: st.dictionaries(detail_key, detail_val, max_size=5),
+}
+_NARROWER = {
+    "outcome": st.sampled_from(["OK", "CANCELLED", "UNAVAILABLE", "PERMISSION_DENIED"]) | text,
+    "time_ms": st.integers(min_value=0, max_value=MAX_SAFE_INT),
+    "cert_fingerprint": hexstr,
+}
+# Built from the record's own declared fields: a new field is fuzzed without editing this test.
 records = st.builds(
     AuditRecord,
-    event=st.sampled_from(list(EventType)),
-    outcome=st.sampled_from(["OK", "CANCELLED", "UNAVAILABLE", "PERMISSION_DENIED"]) | text,
-    time_ms=st.integers(min_value=0, max_value=MAX_SAFE_INT),
-    principal=opt_text,
-    auth_method=opt_text,
-    cert_fingerprint=hexstr,
-    peer=opt_text,
-    method=opt_text,
-    model=opt_text,
-    manifest_digest=opt_text,
-    request_id=opt_text,
-    trace_id=opt_text,
-    prompt_tokens=opt_int,
-    output_tokens=opt_int,
-    latency_us=opt_int,
-    prompt_sm3=hexstr,
-    output_sm3=hexstr,
-    content=st.none() | st.binary(max_size=64),
-    content_key_id=opt_text,
-    detail=st.dictionaries(detail_key, detail_val, max_size=5),
+    **{name: _NARROWER.get(name, _BY_KIND[kind]) for name, kind in RECORD_FIELDS[FORMAT_VERSION].items()},
 )
+
+
+def test_every_record_field_is_declared_for_the_format_version() -> None:
+    """``AuditRecord``'s fields are exactly those its format version declares (so all are fuzzed)."""
+    assert {f.name for f in dataclasses.fields(AuditRecord)} == set(RECORD_FIELDS[FORMAT_VERSION])
+    with pytest.raises(TypeError, match=r"undeclared \['extra_field'\]"):
+        check_declared(frozenset(RECORD_FIELDS[FORMAT_VERSION]) | {"extra_field"}, RECORD_FIELDS[FORMAT_VERSION])
+
+
 chains = st.text(st.characters(exclude_categories=("Cs",)), min_size=1, max_size=20)
 seqs = st.integers(min_value=1, max_value=MAX_SAFE_INT)
 

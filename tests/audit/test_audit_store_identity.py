@@ -82,6 +82,7 @@ async def test_the_deletion_is_sent_down_the_anchor_stream(
     _remove_db(sqlite_backend.path)
     with pytest.raises(AuditUnavailable):
         await log.append(rpc_record_factory()(2))
+
     # The collector is shared by the session's anchor tests: find this test's alert among theirs.
     def ours(line: str) -> bool:
         return " alert " in line and "audit_store_replaced" in line
