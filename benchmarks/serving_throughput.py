@@ -67,7 +67,7 @@ sys.path.insert(0, str(ROOT))
 
 MODEL_NAME = "xinserve-tiny-llama"
 
-# The engine arguments of xinserve's built-in generative model on CPU (service/app.py
+# The engine arguments of xinserve's built-in generative model on CPU (service/lifecycle/server.py
 # _BUILTIN_OPTIONS + engine_backends/platforms.py cpu profile), stated explicitly for every peer.
 ENGINE_ARGS: dict[str, Any] = {
     "dtype": "float32",
@@ -634,7 +634,7 @@ def start_xinserve(
     ]  # fmt: skip
     # No --max-model-len: it would apply to the embedding model too (MiniLM allows 512) and fail it.
     # The built-in options give the generative model max_model_len 2048 and
-    # max_num_batched_tokens 4096, the CPU profile enforce_eager (service/app.py,
+    # max_num_batched_tokens 4096, the CPU profile enforce_eager (service/lifecycle/server.py,
     # engine_backends/platforms.py); the model list is checked below.
     server = Server(cmd, child_env(), logdir / f"xinserve-{port}.log")
     deadline = time.monotonic() + timeout

@@ -58,7 +58,7 @@ class LiveServer:
     """The session's server: ``target`` is HOST:PORT of its plaintext listener."""
 
     target: str
-    server: object  # service.app.Server
+    server: object  # service.lifecycle.server.Server
     data_dir: Path
 
     @property
@@ -68,9 +68,9 @@ class LiveServer:
 
 @pytest_asyncio.fixture(scope="session", loop_scope="session")
 async def live_server(tmp_path_factory) -> AsyncIterator[LiveServer]:
-    from service import logs
-    from service.app import Server
-    from service.config import load_settings
+    from service.core import logs
+    from service.lifecycle.server import Server
+    from service.settings.config import load_settings
 
     logs.configure("console", "warning")
     data_dir = _data_dir()

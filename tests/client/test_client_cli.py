@@ -166,7 +166,7 @@ def test_models_table_and_detail(stand_in, capsys):
 
 
 def test_registered_on_the_xinserve_command(stand_in, capsys):
-    from service import cli as service_cli
+    import service.cli as service_cli
 
     assert "xinserve_client.cli" in service_cli._CONTRIBUTORS
     assert service_cli.main(["models", "--target", stand_in.target]) == 0

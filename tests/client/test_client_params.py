@@ -213,11 +213,21 @@ def test_cosine_similarity():
 
 @pytest.mark.parametrize(
     ("host", "loopback"),
-    [("127.0.0.1", True), ("127.0.0.2", True), ("::1", True), ("[::1]", True), ("::ffff:127.0.0.1", True),
-     ("LOCALHOST", True), ("api.localhost", True), ("10.0.0.1", False), ("example.com", False), ("::", False)],
+    [
+        ("127.0.0.1", True),
+        ("127.0.0.2", True),
+        ("::1", True),
+        ("[::1]", True),
+        ("::ffff:127.0.0.1", True),
+        ("LOCALHOST", True),
+        ("api.localhost", True),
+        ("10.0.0.1", False),
+        ("example.com", False),
+        ("::", False),
+    ],
 )
 def test_one_loopback_rule_for_server_and_client(host, loopback):
-    from service.config import _is_loopback
+    from service.settings.config import _is_loopback
     from trust.tee.config import _loopback
     from xinserve_client.addresses import is_loopback_host
 

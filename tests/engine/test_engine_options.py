@@ -8,8 +8,8 @@ import pytest
 from engine_backends.builtin_models import minilm_dir
 from engine_backends.platforms import resolve_device
 from engine_backends.vllm_compat import AsyncEngineArgs, explain_engine_error
-from service.app import model_entries
-from service.config import ConfigError, load_settings
+from service.lifecycle.server import model_entries
+from service.settings.config import ConfigError, load_settings
 from tests.conftest import _data_dir
 
 

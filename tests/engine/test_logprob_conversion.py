@@ -14,7 +14,7 @@ from engine_backends import logprob_positions as lp
 from engine_backends import vllm_compat as vc
 from engine_backends.logprob_positions import LogprobPositions
 from engine_backends.protocol import CompletionChunk, TokenLogprob
-from service import convert
+from service.core import convert
 from xinserve.v1 import inference_pb2
 
 

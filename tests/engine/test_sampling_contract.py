@@ -14,9 +14,9 @@ from google.protobuf.descriptor import FieldDescriptor
 
 from engine_backends.protocol import ModelInfo, SamplingOptions, StructuredKind
 from engine_backends.vllm_compat import make_sampling_params
-from service.config import LimitsSettings
-from service.sampling_fields import ALL_FIELDS, OPTIONAL_SCALARS, REPEATED_SCALARS, STRUCTURED_OUTPUT
-from service.validation import Violations, sampling_options
+from service.core.sampling_fields import ALL_FIELDS, OPTIONAL_SCALARS, REPEATED_SCALARS, STRUCTURED_OUTPUT
+from service.operations.validation import Violations, sampling_options
+from service.settings.config import LimitsSettings
 from xinserve.v1 import sampling_pb2
 from xinserve_client import build_sampling_params
 
@@ -70,7 +70,9 @@ def _names(field: str, name: str) -> bool:
 
 def test_every_contract_field_has_a_validation_rule_or_is_marked_free():
     missing = sorted(set(ALL_FIELDS) - set(BAD_VALUES))
-    assert not missing, f"no validation rule (or NO_RULE) for sampling field(s) {missing} (service.validation)"
+    assert not missing, (
+        f"no validation rule (or NO_RULE) for sampling field(s) {missing} (service.operations.validation)"
+    )
     assert not set(BAD_VALUES) - set(ALL_FIELDS), "BAD_VALUES names fields the contract no longer has"
 
 

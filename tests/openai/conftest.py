@@ -8,13 +8,13 @@ from dataclasses import dataclass, replace
 
 import pytest_asyncio
 
-from service.app import authenticator_for
-from service.call_core import CallCore
-from service.config import load_settings
-from service.http_frontend import HttpFrontend
-from service.inference import Inference
-from service.policy import AccessPolicy
-from service.runtime import ModelState, Runtime
+from service.access.policy import AccessPolicy
+from service.frontends.openai.listener import HttpFrontend
+from service.lifecycle.server import authenticator_for
+from service.operations.inference import Inference
+from service.pipeline.call_core import CallCore
+from service.runtime.state import ModelState, Runtime
+from service.settings.config import load_settings
 
 
 @dataclass

@@ -14,7 +14,7 @@ CHILD = textwrap.dedent(
     """
     import asyncio, os, sys
     from prometheus_client import REGISTRY
-    from service.http_connections import ConnectionGuard, accept_error_handler
+    from service.frontends.openai.connections import ConnectionGuard, accept_error_handler
 
     install = sys.argv[1] == "guarded"
 

@@ -11,7 +11,7 @@ import psutil
 import pytest
 from prometheus_client import REGISTRY
 
-from service.http_connections import DESCRIPTOR_RESERVE, connection_cap
+from service.frontends.openai.connections import DESCRIPTOR_RESERVE, connection_cap
 from tests.server.fake_engine import FakeEngine
 from tests.server.fake_http import http_over_fake_engines
 

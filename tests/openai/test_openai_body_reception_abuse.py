@@ -1,7 +1,7 @@
 """Many slow uploads from one client address do not shut the OpenAI API for everyone else.
 
 Request bodies are received before admission, in slots bounded in all, per client address and
-per identified principal (``service.body_reception``); a body slower than the minimum upload
+per identified principal (``service.core.body_reception``); a body slower than the minimum upload
 rate is dropped (408); refusals are counted by reason and audited once per address, reason
 and interval, not once each. Raw sockets from 127.0.0.1 play the attacker, a client bound to
 127.0.0.2 (also loopback) the legitimate caller, against a real uvicorn listener, call core
@@ -20,11 +20,11 @@ from prometheus_client import REGISTRY
 
 from audit import QueryFilter
 from audit.records import decode_record
-from service import body_reception
-from service.auth import hash_token
-from service.body_reception import BodyReception
-from service.runtime import Runtime
-from service.status import RpcError
+from service.access.auth import hash_token
+from service.core import body_reception
+from service.core.body_reception import BodyReception
+from service.core.status import RpcError
+from service.runtime.state import Runtime
 from tests.openai.test_openai_slow_body import PARTIAL, _close, _head, _response
 from tests.server.fake_engine import FakeEngine
 from tests.server.fake_http import http_over_fake_engines, rpc_records

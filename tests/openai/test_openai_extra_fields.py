@@ -26,7 +26,7 @@ import pytest
 import pytest_asyncio
 
 from engine_backends.protocol import GenerateInput, GenerationUpdate, SamplingOptions, StructuredOutput
-from service.runtime import AdapterEntry
+from service.runtime.state import AdapterEntry
 from tests.conftest import TINY
 from tests.server.fake_engine import FakeEngine
 from tests.server.fake_http import http_over_fake_engines

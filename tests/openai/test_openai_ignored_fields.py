@@ -1,8 +1,9 @@
 """Request details the OpenAI front end used to drop silently are refused with a 400 naming
-them: a JSON object that names a key twice (parsers differ on which value wins, so a gateway
-that reads the first sees another request than the engine), and a ``Content-Encoding`` other
-than ``identity`` (415; no coding is decoded). Real uvicorn listener, call core
-and audit log over a fake engine."""
+them: chat ``echo``, ``prompt_logprobs`` (computed by the engine but never returned over
+HTTP), ``stream_options.continuous_usage_stats``, a JSON object that names a key twice
+(parsers differ on which value wins, so a gateway that reads the first sees another request
+than the engine), and a ``Content-Encoding`` other than ``identity`` (415; no coding is
+decoded). Real uvicorn listener, call core and audit log over a fake engine."""
 
 from __future__ import annotations
 
@@ -62,3 +63,40 @@ async def test_a_content_encoding_other_than_identity_is_refused_naming_it(tmp_p
                 assert records[0].outcome == "INVALID_ARGUMENT"
             reply = await client.post("/v1/completions", content=body, headers={**JSON, "content-encoding": "identity"})
             assert reply.status_code == 200, reply.text
+
+
+@ASYNC
+async def test_fields_the_front_end_would_not_honour_are_refused_naming_them(tmp_path):
+    chat = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+    completion = {"model": "m", "prompt": "a", "max_tokens": 2}
+    cases = [
+        ("/v1/chat/completions", {**chat, "echo": True}, "echo"),
+        ("/v1/completions", {**completion, "prompt_logprobs": 1}, "prompt_logprobs"),
+        ("/v1/chat/completions", {**chat, "prompt_logprobs": 0}, "prompt_logprobs"),
+        (
+            "/v1/completions",
+            {**completion, "stream": True, "stream_options": {"include_usage": True, "continuous_usage_stats": True}},
+            "stream_options.continuous_usage_stats",
+        ),
+        (
+            "/v1/chat/completions",
+            {**chat, "stream": True, "stream_options": {"continuous_usage_stats": True}},
+            "stream_options.continuous_usage_stats",
+        ),
+    ]
+    async with http_over_fake_engines(tmp_path, [FakeEngine("m")]) as (port, runtime):
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
+            for path, body, field in cases:
+                reply = await client.post(path, json=body)
+                assert reply.status_code == 400, (path, field, reply.text)
+                error = reply.json()["error"]
+                assert (error["type"], error["param"]) == ("invalid_request_error", field), error
+                records = await rpc_records(runtime, reply.headers["x-request-id"])
+                assert [r.outcome for r in records] == ["INVALID_ARGUMENT"]
+            # Their off values are served.
+            for path, body in (
+                ("/v1/chat/completions", {**chat, "echo": False, "stream_options": {"continuous_usage_stats": False}}),
+                ("/v1/completions", {**completion, "prompt_logprobs": None}),
+            ):
+                reply = await client.post(path, json=body)
+                assert reply.status_code == 200, (path, reply.text)

@@ -9,7 +9,7 @@ import httpx
 import openai
 import pytest
 
-from service.auth import hash_token
+from service.access.auth import hash_token
 from tests.conftest import TINY
 from tests.openai.conftest import extra_http
 from tests.support.pki import make_pki

@@ -21,7 +21,7 @@ from typing import Any
 import httpx
 import pytest
 
-from service.runtime import Runtime
+from service.runtime.state import Runtime
 from tests.server.fake_engine import FakeEngine
 from tests.server.fake_http import http_over_fake_engines, rpc_records
 

@@ -16,7 +16,7 @@ import pytest_asyncio
 
 from engine_backends.protocol import CompletionChunk, FinishReason, GenerateInput, GenerationUpdate
 from engine_backends.tool_calls import AutoToolCalls
-from service.config import ModelSettings
+from service.settings.config import ModelSettings
 from tests.server.fake_engine import FakeEngine
 from tests.server.fake_http import http_over_fake_engines
 

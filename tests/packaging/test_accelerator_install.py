@@ -26,7 +26,11 @@ def core_venv(tmp_path_factory):
     env = {**os.environ, "UV_LINK_MODE": "copy", "UV_PYTHON_DOWNLOADS": "never"}
     export = subprocess.run(
         ["uv", "export", "--frozen", "--no-dev", "--no-emit-project", "--no-emit-workspace", "--no-hashes"],
-        cwd=ROOT, capture_output=True, text=True, check=True, env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+        env=env,
     ).stdout
     requirements = root / "requirements.txt"
     requirements.write_text("\n".join(line for line in export.splitlines() if not line.startswith("-e ")))
@@ -38,7 +42,8 @@ def core_venv(tmp_path_factory):
     )
     subprocess.run(
         ["uv", "pip", "install", "-q", "--python", str(python), "--no-deps", str(ROOT / "clients/python")],
-        check=True, env=env,
+        check=True,
+        env=env,
     )
     return python
 
@@ -54,9 +59,21 @@ def test_core_install_has_no_engine_stack(core_venv):
 @pytest.mark.parametrize("chip", sorted(PROFILES))
 def test_print_engine_args_runs_for_each_chip_without_the_engine_stack(core_venv, chip, tmp_path):
     proc = subprocess.run(
-        [str(core_venv), "-m", "service.cli", "serve", "--device", chip, "--print-engine-args",
-         "--data-dir", str(tmp_path)],
-        cwd=ROOT, capture_output=True, text=True, timeout=120,
+        [
+            str(core_venv),
+            "-m",
+            "service.cli",
+            "serve",
+            "--device",
+            chip,
+            "--print-engine-args",
+            "--data-dir",
+            str(tmp_path),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
     )
     assert proc.returncode == 0, proc.stderr

@@ -107,7 +107,12 @@ def test_uv_run_twice_uninstalls_nothing(extra: list[str]) -> None:
     env.pop("VIRTUAL_ENV", None)
     dry = subprocess.run(
         [_uv(), "sync", "--locked", "--inexact", "--dry-run", *extra],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, check=False,
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
     )
     # Only a synced, repaired environment may be touched by the real runs below: a run that
     # reinstalls vLLM would take it away from the servers other tests have started.
@@ -115,7 +120,12 @@ def test_uv_run_twice_uninstalls_nothing(extra: list[str]) -> None:
     for _ in range(2):
         run = subprocess.run(
             [_uv(), "run", "--locked", "-v", *extra, "python", "-c", FIND_VLLM],
-            cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, check=False,
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+            check=False,
         )
         assert run.returncode == 0, run.stderr[-2000:]
         assert "Uninstalled" not in run.stderr and "installed, but mismatched" not in run.stderr, run.stderr[-2000:]

@@ -10,12 +10,12 @@ from pathlib import Path
 
 from audit import QueryFilter
 from audit.records import AuditRecord, decode_record
-from service.app import open_audit
-from service.config import load_settings
-from service.frontend import Frontend
-from service.http_frontend import HttpFrontend
-from service.reload import authenticator_for
-from service.runtime import ModelEntry, ModelState, Runtime
+from service.frontends.grpc.server import Frontend
+from service.frontends.openai.listener import HttpFrontend
+from service.lifecycle.reload import authenticator_for
+from service.lifecycle.server import open_audit
+from service.runtime.state import ModelEntry, ModelState, Runtime
+from service.settings.config import load_settings
 from tests.server.fake_engine import FakeEngine
 
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 from contextlib import asynccontextmanager
 from dataclasses import replace
 
-from service.app import authenticator_for
-from service.config import load_settings
-from service.frontend import Frontend
-from service.runtime import ModelState, Runtime
+from service.frontends.grpc.server import Frontend
+from service.lifecycle.server import authenticator_for
+from service.runtime.state import ModelState, Runtime
+from service.settings.config import load_settings
 
 
 @asynccontextmanager

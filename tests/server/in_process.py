@@ -9,9 +9,9 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-from service import metrics
-from service.app import Server
-from service.config import load_settings
+from service.core import metrics
+from service.lifecycle.server import Server
+from service.settings.config import load_settings
 
 
 @asynccontextmanager

@@ -11,13 +11,13 @@ import grpc
 import pytest
 
 from audit import QueryFilter, decode_record
-from service.app import authenticator_for, open_audit
-from service.call_context import CallRecord
-from service.config import load_settings
-from service.frontend import Frontend
-from service.interceptors import request_id_metadata
-from service.runtime import ModelEntry, ModelState, Runtime
-from service.validation import REQUEST_ID_RULE
+from service.core.call_context import CallRecord
+from service.frontends.grpc.interceptors import request_id_metadata
+from service.frontends.grpc.server import Frontend
+from service.lifecycle.server import authenticator_for, open_audit
+from service.operations.validation import REQUEST_ID_RULE
+from service.runtime.state import ModelEntry, ModelState, Runtime
+from service.settings.config import load_settings
 from tests.server.fake_engine import FakeEngine
 from tests.server.stubs import field_violations, stubs
 from xinserve.v1 import inference_pb2

@@ -20,9 +20,9 @@ import pytest
 import structlog
 import structlog.testing
 
-import service.app
+import service.lifecycle.server
 from audit import QueryFilter, decode_record
-from service.config import ConfigError, load_settings
+from service.settings.config import ConfigError, load_settings
 from tests.conftest import REPO
 from tests.server.in_process import started_server
 from tests.server.stubs import stubs
@@ -82,7 +82,7 @@ def _server_log(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[dict[str, Any]
     module's logger is replaced by a fresh one: structlog caches a logger on first use, so one
     that an earlier test used still writes to the stream it was configured with."""
     with structlog.testing.capture_logs() as logged:
-        monkeypatch.setattr(service.app, "log", structlog.get_logger("xinserve.server"))
+        monkeypatch.setattr(service.lifecycle.server, "log", structlog.get_logger("xinserve.server"))
         yield logged
 
 

@@ -15,11 +15,11 @@ import pytest
 
 from audit import QueryFilter, decode_record
 from engine_backends.protocol import CompletionChunk, FinishReason, GenerateInput, GenerationUpdate
-from service.app import authenticator_for, open_audit
-from service.config import load_settings
-from service.frontend import Frontend
-from service.http_frontend import HttpFrontend
-from service.runtime import ModelEntry, ModelState, Runtime
+from service.frontends.grpc.server import Frontend
+from service.frontends.openai.listener import HttpFrontend
+from service.lifecycle.server import authenticator_for, open_audit
+from service.runtime.state import ModelEntry, ModelState, Runtime
+from service.settings.config import load_settings
 from tests.server.fake_engine import FakeEngine
 from tests.server.stubs import stubs
 from xinserve.v1 import common_pb2, inference_pb2, model_pb2

@@ -12,8 +12,8 @@ import grpc
 import pytest
 
 from audit import AuditLog, ContentCapture, EventType, QueryFilter, decode_record
-from service.audit_trail import AuditTrail
-from service.auth import hash_token
+from service.access.auth import hash_token
+from service.core.audit_trail import AuditTrail
 from tests.conftest import TINY
 from tests.server.frontends import extra_frontend
 from tests.server.stubs import field_violations, stubs
@@ -267,7 +267,7 @@ async def test_a_detail_the_encoding_refuses_does_not_cost_the_record(tmp_path):
     # Before the backstop, an out-of-range detail raised AuditEncodingError out of the call
     # pipeline: the client got INTERNAL and the call had no record at all.
     from audit import AuditSettings
-    from service.call_context import CallInfo
+    from service.core.call_context import CallInfo
 
     key = Sm2PrivateKey.generate()
     settings = AuditSettings(path=tmp_path / "audit.db", node_id="n", retention_enabled=False)
@@ -422,8 +422,8 @@ async def test_filter_typos_are_refused_not_answered_with_nothing(live_server, t
 async def test_a_log_with_a_mistyped_stored_value_refuses_start_without_a_traceback(tmp_path):
     # Before the fix, `UPDATE audit_records SET seq = 'abc'` made `xinserve serve` die with a
     # Python traceback and exit 1 instead of refusing to start (exit 6, EXIT_AUDIT).
-    from service.app import AuditOpenFailed, open_audit
-    from service.config import load_settings
+    from service.lifecycle.server import AuditOpenFailed, open_audit
+    from service.settings.config import load_settings
 
     settings = load_settings(overrides={"data_dir": str(tmp_path), "audit": {"node_id": "n"}})
     trail = await open_audit(settings)

@@ -84,7 +84,9 @@ def test_guard_lists_added_special_tokens_longest_first():
         def __init__(self) -> None:
             self.all_special_tokens = ["<s>"]
             self.added_tokens_decoder = {
-                5: Added("<|im_start|>", True), 6: Added("<|im", True), 7: Added("word", False)
+                5: Added("<|im_start|>", True),
+                6: Added("<|im", True),
+                7: Added("word", False),
             }
 
     guard = SpecialTokenGuard.from_tokenizer(Tok())

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from service.cli import main
-from service.config import ConfigError, load_settings
+from service.settings.config import ConfigError, load_settings
 
 
 def test_defaults_are_loopback_plaintext():
@@ -77,7 +77,7 @@ def test_serve_exits_2_on_bad_model_spec(capsys):
 
 
 def test_token_new_prints_a_usable_line(capsys, tmp_path):
-    from service.auth import Authenticator, load_token_file
+    from service.access.auth import Authenticator, load_token_file
 
     assert main(["token", "new", "--principal", "svc-b", "--roles", "user,admin"]) == 0
     out = capsys.readouterr().out.splitlines()

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from service.config import ConfigError, load_settings
+from service.settings.config import ConfigError, load_settings
 
 
 def _file(tmp_path: Path, text: str) -> Path:

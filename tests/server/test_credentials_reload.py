@@ -18,13 +18,13 @@ import pytest
 
 from audit import QueryFilter, decode_record
 from engine_backends.builtin_models import builtin_models
-from service.app import open_audit
-from service.auth import AuthenticationFailed, TokenFileError, hash_token
-from service.call_core import CallCore
-from service.config import load_settings
-from service.policy import AccessPolicy
-from service.reload import Reloader, authenticator_for, changed_config_fields
-from service.runtime import Runtime
+from service.access.auth import AuthenticationFailed, TokenFileError, hash_token
+from service.access.policy import AccessPolicy
+from service.lifecycle.reload import Reloader, authenticator_for, changed_config_fields
+from service.lifecycle.server import open_audit
+from service.pipeline.call_core import CallCore
+from service.runtime.state import Runtime
+from service.settings.config import load_settings
 from tests.conftest import REPO, TINY, _data_dir
 from trust.model_signing import SIGNATURE_FILENAME, sign_model
 from trust.sm2 import Sm2PrivateKey

@@ -10,10 +10,10 @@ import pytest
 from google.rpc import error_details_pb2
 
 from audit import QueryFilter, decode_record
-from service.app import authenticator_for, open_audit
-from service.config import load_settings
-from service.frontend import Frontend
-from service.runtime import ModelEntry, ModelState, Runtime
+from service.frontends.grpc.server import Frontend
+from service.lifecycle.server import authenticator_for, open_audit
+from service.runtime.state import ModelEntry, ModelState, Runtime
+from service.settings.config import load_settings
 from tests.server.stubs import detail_of, stubs
 from tests.server.test_audit_begin_records import GatedEngine
 from xinserve.v1 import inference_pb2

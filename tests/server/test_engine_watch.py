@@ -14,12 +14,12 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from audit import QueryFilter, decode_record
 from engine_backends.errors import EngineDeadError
-from service.app import authenticator_for, open_audit
-from service.config import load_settings
-from service.engine_watch import EngineWatch
-from service.frontend import Frontend
-from service.runtime import ModelEntry, ModelState, Runtime
-from service.status import from_engine_error
+from service.core.status import from_engine_error
+from service.frontends.grpc.server import Frontend
+from service.lifecycle.server import authenticator_for, open_audit
+from service.runtime.engine_watch import EngineWatch
+from service.runtime.state import ModelEntry, ModelState, Runtime
+from service.settings.config import load_settings
 from tests.server.fake_engine import FakeEngine
 from tests.server.stubs import detail_of, stubs
 from xinserve.v1 import inference_pb2, model_pb2

@@ -2,7 +2,7 @@
 exits 3 with a message naming the address, and creates no data directory, key or audit
 database: the listeners are probed before the engine is imported, and bind before the audit
 log is opened. A start the audit log refuses (exit 6) removes the key and directories it
-created, and keeps a key an earlier start made (service.start_footprint).
+created, and keeps a key an earlier start made (service.lifecycle.start_footprint).
 
 The gRPC port is held by a grpc server with grpc's default options, which turn
 ``SO_REUSEPORT`` on under Linux: a second server that left it on too would share the port
@@ -24,12 +24,12 @@ from pathlib import Path
 import grpc
 import pytest
 
-from service.app import AuditOpenFailed, Server
-from service.config import Settings, load_settings
-from service.frontend import Frontend, ListenError
-from service.reload import authenticator_for
-from service.runtime import Runtime
-from service.start_footprint import StartFootprint
+from service.frontends.grpc.server import Frontend, ListenError
+from service.lifecycle.reload import authenticator_for
+from service.lifecycle.server import AuditOpenFailed, Server
+from service.lifecycle.start_footprint import StartFootprint
+from service.runtime.state import Runtime
+from service.settings.config import Settings, load_settings
 from tests.conftest import REPO, TINY
 from trust.server_key import ensure_server_key
 

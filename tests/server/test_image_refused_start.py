@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from service.app import ImageRefused, open_audit, verify_running_image
-from service.config import Settings, load_settings
-from service.refused_start import audit_store_exists, record_refused_start
+from service.lifecycle.refused_start import audit_store_exists, record_refused_start
+from service.lifecycle.server import ImageRefused, open_audit, verify_running_image
+from service.settings.config import Settings, load_settings
 from tests.conftest import REPO
 from trust.image_signing import sign_image
 from trust.sm2 import Sm2PrivateKey

@@ -1,6 +1,6 @@
 """A busy listener address refuses ``xinserve serve`` (exit 3, ``cannot listen on ADDRESS
 (SETTING): Address already in use``) before the engine is imported, and the probe binds the
-way each listener binds (service.listen_probe)."""
+way each listener binds (service.core.listen_probe)."""
 
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from service.config import load_settings
-from service.listen_probe import ListenError, configured_listeners, probe, probe_listeners
+from service.core.listen_probe import ListenError, configured_listeners, probe, probe_listeners
+from service.settings.config import load_settings
 from tests.conftest import REPO, TINY
 
 IN_USE = os.strerror(errno.EADDRINUSE)
@@ -28,7 +28,8 @@ _CLI_THEN_MODULES = (
     "import json, sys\n"
     "from service.cli import main\n"
     "rc = main(sys.argv[1:])\n"
-    "loaded = sorted(m for m in ('vllm', 'service.app', 'engine_backends.vllm_engine') if m in sys.modules)\n"
+    "watched = ('vllm', 'service.lifecycle.server', 'engine_backends.vllm_engine')\n"
+    "loaded = sorted(m for m in watched if m in sys.modules)\n"
     "print('MODULES=' + json.dumps(loaded))\n"
     "sys.exit(rc)\n"
 )
@@ -190,8 +191,8 @@ def test_grpc_unix_socket_addresses_are_not_probed(tmp_path):
 
 def test_the_listeners_own_checks_word_a_busy_port_like_the_probe():
     # The probe is racy: the listeners check again when they bind, with the same message.
-    from service.app import start_metrics_listener
-    from service.http_frontend import _bind
+    from service.frontends.openai.listener import _bind
+    from service.lifecycle.server import start_metrics_listener
 
     with listening() as port:
         address = f"127.0.0.1:{port}"

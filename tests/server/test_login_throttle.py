@@ -7,9 +7,9 @@ import grpc
 import pytest
 from google.rpc import error_details_pb2
 
-from service.auth import AuthenticationFailed, Authenticator, TokenFileError, hash_token, load_token_file
-from service.login_throttle import LoginThrottle, peer_host
-from service.status import RpcError
+from service.access.auth import AuthenticationFailed, Authenticator, TokenFileError, hash_token, load_token_file
+from service.access.login_throttle import LoginThrottle, peer_host
+from service.core.status import RpcError
 from tests.conftest import TINY
 from tests.server.stubs import detail_of, stubs
 from xinserve.v1 import inference_pb2

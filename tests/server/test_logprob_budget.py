@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from engine_backends.protocol import ModelInfo
-from service.config import ConfigError, LimitsSettings, load_settings
-from service.validation import Violations, logprob_entries, sampling_options
+from service.operations.validation import Violations, logprob_entries, sampling_options
+from service.settings.config import ConfigError, LimitsSettings, load_settings
 from xinserve.v1 import sampling_pb2
 
 CONTEXT = 2048

@@ -9,10 +9,10 @@ import pytest
 from grpc_status import rpc_status
 
 from audit import QueryFilter, decode_record
-from service.app import authenticator_for, open_audit
-from service.config import load_settings
-from service.frontend import Frontend
-from service.runtime import Runtime
+from service.frontends.grpc.server import Frontend
+from service.lifecycle.server import authenticator_for, open_audit
+from service.runtime.state import Runtime
+from service.settings.config import load_settings
 from tests.server.stubs import stubs
 from xinserve.v1 import inference_pb2
 

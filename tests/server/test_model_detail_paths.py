@@ -7,7 +7,7 @@ import grpc
 import pytest
 from cryptography.x509.oid import NameOID
 
-from service.runtime import Verification
+from service.runtime.state import Verification
 from tests.server.test_principal_identities import AUDITOR_TOKEN, _name, mtls_server  # noqa: F401
 from xinserve.v1 import model_pb2, model_pb2_grpc
 

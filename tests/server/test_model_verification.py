@@ -11,10 +11,10 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from service.app import Server, StartupRefused, verify_running_image
-from service.config import load_settings
-from service.model_verification import verify_entry
-from service.runtime import ModelEntry, ModelState, Verification
+from service.lifecycle.server import Server, StartupRefused, verify_running_image
+from service.runtime.state import ModelEntry, ModelState, Verification
+from service.runtime.verification import verify_entry
+from service.settings.config import load_settings
 from tests.conftest import MINILM, REPO, TINY
 from tests.server.stubs import stubs
 from trust.image_signing import sign_image

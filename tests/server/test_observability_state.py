@@ -11,13 +11,13 @@ from pathlib import Path
 from prometheus_client import REGISTRY, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from service.model_metrics import ModelStateCollector
-from service.runtime import ModelEntry, ModelState
+from service.runtime.model_metrics import ModelStateCollector
+from service.runtime.state import ModelEntry, ModelState
 from tests.conftest import REPO
 
 _LOG_BOTH = """
 import logging, sys, structlog
-from service import logs
+from service.core import logs
 logs.configure(sys.argv[1], sys.argv[2])
 try:
     try:
@@ -33,7 +33,11 @@ except RuntimeError:
 def _log(log_format: str, level: str) -> str:
     result = subprocess.run(
         [sys.executable, "-c", _LOG_BOTH, log_format, level],
-        cwd=REPO, capture_output=True, text=True, timeout=120, check=True,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
     )
     assert "SECRET-PROMPT-TEXT" not in result.stderr and "/srv/models" not in result.stderr, result.stderr
     assert "traceback object" not in result.stderr

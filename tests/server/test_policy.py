@@ -15,15 +15,15 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from engine_backends.protocol import ModelInfo
-from service.app import authenticator_for
-from service.auth import TokenFileError, hash_token
-from service.call_context import CallRecord, Principal
-from service.config import ConfigError, load_settings
-from service.inference import Inference
-from service.policy import AccessPolicy
-from service.runtime import ModelEntry, ModelState, Runtime
-from service.status import RpcError
-from service.tracing import trace_context
+from service.access.auth import TokenFileError, hash_token
+from service.access.policy import AccessPolicy
+from service.core.call_context import CallRecord, Principal
+from service.core.status import RpcError
+from service.core.tracing import trace_context
+from service.lifecycle.server import authenticator_for
+from service.operations.inference import Inference
+from service.runtime.state import ModelEntry, ModelState, Runtime
+from service.settings.config import ConfigError, load_settings
 from xinserve.v1 import inference_pb2
 
 INFER = "/xinserve.v1.InferenceService/Generate"
@@ -241,7 +241,7 @@ def test_default_roles_hold_one_duty_each(tmp_path):
 def test_sighup_reload_refuses_a_token_file_with_conflicting_grants(tmp_path):
     import asyncio
 
-    from service.reload import Reloader
+    from service.lifecycle.reload import Reloader
 
     tokens = tmp_path / "tokens.txt"
     tokens.write_text(f"ann {hash_token('t-0123456789abcdef')} user\n")

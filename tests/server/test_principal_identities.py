@@ -16,11 +16,11 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from audit import QueryFilter, decode_record
-from service.app import authenticator_for, open_audit
-from service.auth import AuthenticationFailed, Authenticator, hash_token, load_token_file
-from service.config import load_settings
-from service.frontend import Frontend
-from service.runtime import ModelEntry, ModelState, Runtime
+from service.access.auth import AuthenticationFailed, Authenticator, hash_token, load_token_file
+from service.frontends.grpc.server import Frontend
+from service.lifecycle.server import authenticator_for, open_audit
+from service.runtime.state import ModelEntry, ModelState, Runtime
+from service.settings.config import load_settings
 from tests.server.fake_engine import FakeEngine
 from xinserve.v1 import audit_pb2, audit_pb2_grpc, model_pb2, model_pb2_grpc
 

@@ -8,11 +8,11 @@ import pytest
 from google.protobuf import descriptor_pb2
 from grpc_reflection.v1alpha import reflection_pb2
 
-from service.config import load_settings
-from service.frontend import Frontend
-from service.reflection import V1_SERVICE_NAME, V1ALPHA_SERVICE_NAME
-from service.reload import authenticator_for
-from service.runtime import Runtime
+from service.frontends.grpc.reflection import V1_SERVICE_NAME, V1ALPHA_SERVICE_NAME
+from service.frontends.grpc.server import Frontend
+from service.lifecycle.reload import authenticator_for
+from service.runtime.state import Runtime
+from service.settings.config import load_settings
 
 V1_METHOD = f"/{V1_SERVICE_NAME}/ServerReflectionInfo"
 

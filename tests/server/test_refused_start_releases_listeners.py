@@ -1,7 +1,7 @@
 """A start refused while the models are being set up (after the listeners bound and the audit
 log opened) stops its listeners before the refusal propagates: nothing keeps the port. On a
 fresh data directory it also removes the key, audit database and directories it created
-(service.start_footprint); an audit store and key an earlier start made are kept."""
+(service.lifecycle.start_footprint); an audit store and key an earlier start made are kept."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ from contextlib import closing
 import pytest
 
 from engine_backends.errors import PlatformError
-from service.app import Server, open_audit
-from service.config import load_settings
+from service.lifecycle.server import Server, open_audit
+from service.settings.config import load_settings
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 

@@ -16,10 +16,10 @@ import pytest
 from google.rpc import error_details_pb2
 
 from engine_backends.protocol import ModelInfo
-from service.config import LimitsSettings
-from service.frontend import Frontend
-from service.reload import authenticator_for
-from service.validation import Violations, nesting_depth, sampling_options
+from service.frontends.grpc.server import Frontend
+from service.lifecycle.reload import authenticator_for
+from service.operations.validation import Violations, nesting_depth, sampling_options
+from service.settings.config import LimitsSettings
 from tests.server.fake_engine import FakeEngine
 from tests.server.fake_http import http_over_fake_engines
 from tests.server.stubs import detail_of, field_violations, stubs

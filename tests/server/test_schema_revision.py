@@ -8,7 +8,7 @@ from pathlib import Path
 
 from google.protobuf import descriptor_pb2
 
-from service.server_servicer import MIN_CLIENT_REVISION, SCHEMA_DESCRIPTOR_SHA256, SCHEMA_REVISION
+from service.frontends.grpc.server_servicer import MIN_CLIENT_REVISION, SCHEMA_DESCRIPTOR_SHA256, SCHEMA_REVISION
 
 PROTO = Path(__file__).resolve().parents[2] / "proto"
 
@@ -30,7 +30,7 @@ def test_the_contract_digest_is_recorded_under_the_current_revision(tmp_path):
     assert SCHEMA_REVISION == max(SCHEMA_DESCRIPTOR_SHA256)
     assert digest == SCHEMA_DESCRIPTOR_SHA256[SCHEMA_REVISION], (
         f"proto/xinserve/v1 changed (descriptor digest {digest}): bump SCHEMA_REVISION in "
-        "service/server_servicer.py and record the digest under the new revision"
+        "service/frontends/grpc/server_servicer.py and record the digest under the new revision"
     )
 
 

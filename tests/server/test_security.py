@@ -7,7 +7,7 @@ import time
 import grpc
 import pytest
 
-from service.auth import hash_token
+from service.access.auth import hash_token
 from tests.conftest import TINY
 from tests.server.frontends import extra_frontend
 from tests.server.stubs import stubs
@@ -203,7 +203,7 @@ async def test_refused_tokens_are_recorded_as_such_and_two_headers_are_refused(l
 
 
 async def test_traceparent_follows_w3c_trace_context():
-    from service.interceptors import trace_id_from
+    from service.frontends.grpc.interceptors import trace_id_from
 
     tid = "4bf92f3577b34da6a3ce929d0e0e4736"
     assert trace_id_from(f"00-{tid}-00f067aa0ba902b7-01") == tid

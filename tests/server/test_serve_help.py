@@ -6,7 +6,7 @@ import argparse
 
 import pytest
 
-from service.commands import add_commands
+from service.cli.commands import add_commands
 
 
 def test_serve_help_lists_every_exit_code(capsys: pytest.CaptureFixture[str]) -> None:

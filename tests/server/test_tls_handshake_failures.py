@@ -10,12 +10,12 @@ import ssl
 import pytest
 from prometheus_client import REGISTRY
 
-from service.app import open_audit
-from service.config import load_settings
-from service.frontend import Frontend
-from service.http_frontend import HttpFrontend
-from service.reload import authenticator_for
-from service.runtime import Runtime
+from service.frontends.grpc.server import Frontend
+from service.frontends.openai.listener import HttpFrontend
+from service.lifecycle.reload import authenticator_for
+from service.lifecycle.server import open_audit
+from service.runtime.state import Runtime
+from service.settings.config import load_settings
 from tests.support.pki import make_pki
 
 ASYNC = pytest.mark.asyncio(loop_scope="session")

@@ -15,12 +15,12 @@ from pathlib import Path
 import pytest
 from cryptography.hazmat.primitives import serialization
 
-from service.app import authenticator_for
-from service.config import load_settings
-from service.frontend import Frontend
-from service.http_frontend import HttpFrontend
-from service.runtime import Runtime
-from service.tls_material import TlsMaterialError, load_tls_material
+from service.core.tls_material import TlsMaterialError, load_tls_material
+from service.frontends.grpc.server import Frontend
+from service.frontends.openai.listener import HttpFrontend
+from service.lifecycle.server import authenticator_for
+from service.runtime.state import Runtime
+from service.settings.config import load_settings
 from tests.support.pki import Pki, make_pki
 
 ASYNC = pytest.mark.asyncio(loop_scope="session")
@@ -120,8 +120,8 @@ async def test_file_gone_after_configuration(tmp_path, pki):
 
 _LOAD = """
 import sys
-from service.config import TlsSettings
-from service.tls_material import TlsMaterialError, load_tls_material
+from service.settings.config import TlsSettings
+from service.core.tls_material import TlsMaterialError, load_tls_material
 try:
     load_tls_material(TlsSettings(cert_file=sys.argv[1], key_file=sys.argv[2]))
 except TlsMaterialError as exc:
@@ -143,7 +143,11 @@ async def test_unreadable_file(tmp_path, pki):
         result = await asyncio.to_thread(
             subprocess.run,
             [*argv, str(pki.server_cert), str(pki.server_key)],
-            cwd=REPO, capture_output=True, text=True, timeout=120, check=False,
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
         )
         assert result.returncode == 0, result.stderr[-2000:]
         message = result.stdout.strip()

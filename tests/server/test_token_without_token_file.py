@@ -6,8 +6,8 @@ from __future__ import annotations
 import grpc
 import httpx
 
-from service.frontend import Frontend
-from service.reload import authenticator_for
+from service.frontends.grpc.server import Frontend
+from service.lifecycle.reload import authenticator_for
 from tests.server.fake_engine import FakeEngine
 from tests.server.fake_http import http_over_fake_engines, rpc_records
 from tests.server.stubs import stubs

@@ -12,10 +12,10 @@ import grpc
 import pytest
 from google.rpc import error_details_pb2
 
-from service.app import authenticator_for
-from service.config import load_settings
-from service.frontend import Frontend
-from service.runtime import ModelEntry, ModelState, Runtime
+from service.frontends.grpc.server import Frontend
+from service.lifecycle.server import authenticator_for
+from service.runtime.state import ModelEntry, ModelState, Runtime
+from service.settings.config import load_settings
 from tests.server.fake_engine import FakeEngine
 from tests.server.stubs import detail_of, stubs
 from xinserve.v1 import inference_pb2, model_pb2

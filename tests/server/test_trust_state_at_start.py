@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from audit import QueryFilter, decode_record
-from service.auth import hash_token
+from service.access.auth import hash_token
 from tests.server.in_process import started_server
 from trust.sm2 import Sm2PrivateKey
 from trust.trust_store import INDEX_FILENAME, add_trusted_key, revoke_key

@@ -8,8 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from engine_backends.protocol import ModelInfo
-from service.config import LimitsSettings
-from service.validation import Violations, sampling_options
+from service.operations.validation import Violations, sampling_options
+from service.settings.config import LimitsSettings
 from xinserve.v1 import sampling_pb2
 
 INFO = ModelInfo("m", "generate", 2048, 2048, "float32", "vllm", "0", "cpu", 20)

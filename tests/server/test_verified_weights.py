@@ -24,9 +24,9 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from audit import QueryFilter, decode_record
 from engine_backends.builtin_models import tiny_llama_dir
-from service.app import EXIT_ENGINE_DIED, Server
-from service.config import load_settings
-from service.runtime import ModelState
+from service.lifecycle.server import EXIT_ENGINE_DIED, Server
+from service.runtime.state import ModelState
+from service.settings.config import load_settings
 from tests.conftest import _data_dir
 from tests.server.lora_adapters import write_lora_adapter
 from tests.server.stubs import detail_of, stubs

@@ -121,10 +121,10 @@ class Measured:
 async def fake_server(tmp_path: Path, engine: FakeEngine | None = None) -> AsyncIterator[str]:
     """A gRPC front end with the audit log on (SQLite under ``tmp_path``) over ``engine``
     (default: a ``StreamEngine``) named ``m``; yields its HOST:PORT."""
-    from service.app import authenticator_for, open_audit
-    from service.config import load_settings
-    from service.frontend import Frontend
-    from service.runtime import ModelEntry, ModelState, Runtime
+    from service.frontends.grpc.server import Frontend
+    from service.lifecycle.server import authenticator_for, open_audit
+    from service.runtime.state import ModelEntry, ModelState, Runtime
+    from service.settings.config import load_settings
 
     settings = load_settings(
         overrides={"data_dir": str(tmp_path), "listen": {"plaintext": ["127.0.0.1:0"]}, "metrics_listen": None}

@@ -34,7 +34,7 @@ def smollm2_dir() -> Path:
 @dataclass
 class SmolServer:
     target: str
-    server: object  # service.app.Server
+    server: object  # service.lifecycle.server.Server
 
     @property
     def runtime(self):
@@ -45,8 +45,8 @@ class SmolServer:
 async def smollm2_server(tmp_path_factory, smollm2_dir) -> AsyncIterator[SmolServer]:
     """A real server (vLLM on CPU) with only smollm2-135m-instruct, signed with the demo key."""
     from service import logs, metrics
-    from service.app import Server
-    from service.config import load_settings
+    from service.lifecycle.server import Server
+    from service.settings.config import load_settings
 
     logs.configure("console", "warning")
     settings = load_settings(

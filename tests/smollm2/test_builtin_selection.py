@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from engine_backends.builtin_models import MINILM_NAME, SMOLLM2_NAME, TINY_LLAMA_NAME, builtin_models
-from service.commands import overrides_from_args
-from service.config import ConfigError, load_settings
+from service.cli.commands import overrides_from_args
+from service.settings.config import ConfigError, load_settings
 
 
 def test_the_default_is_the_chat_model_and_minilm():
@@ -16,7 +16,7 @@ def test_the_default_is_the_chat_model_and_minilm():
 def test_flags_pick_built_ins():
     import argparse
 
-    from service.commands import add_commands
+    from service.cli.commands import add_commands
 
     parser = argparse.ArgumentParser()
     add_commands(parser.add_subparsers())

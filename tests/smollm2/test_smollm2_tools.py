@@ -11,8 +11,8 @@ import openai
 import pytest
 import pytest_asyncio
 
-from service.config import load_settings
-from service.http_frontend import HttpFrontend
+from service.frontends.openai.listener import HttpFrontend
+from service.settings.config import load_settings
 from tests.smollm2.conftest import SMOLLM2, _data_dir
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")

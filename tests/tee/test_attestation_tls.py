@@ -14,12 +14,12 @@ import pytest
 import pytest_asyncio
 
 from audit import AuditLog, AuditSettings, ContentCapture, EventType, QueryFilter, decode_record
-from service.app import authenticator_for
-from service.audit_trail import AuditTrail
-from service.config import load_settings
-from service.frontend import Frontend
-from service.runtime import ModelEntry, ModelState, Runtime
-from service.tee_hook import TeeHook
+from service.core.audit_trail import AuditTrail
+from service.frontends.grpc.server import Frontend
+from service.lifecycle.server import authenticator_for
+from service.runtime.state import ModelEntry, ModelState, Runtime
+from service.runtime.tee_hook import TeeHook
+from service.settings.config import load_settings
 from tests.audit.rsyslog_collector import free_port
 from tests.support.pki import _leaf, make_pki
 from tests.tee.conftest import FIXTURES

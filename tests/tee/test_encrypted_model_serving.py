@@ -10,9 +10,9 @@ import pytest
 
 from audit import EventType, QueryFilter, decode_record
 from engine_backends.builtin_models import builtin_models
-from service.app import Server
-from service.config import load_settings
-from service.runtime import ModelState
+from service.lifecycle.server import Server
+from service.runtime.state import ModelState
+from service.settings.config import load_settings
 from tests.conftest import TINY
 from tests.tee.conftest import FIXTURES
 from tests.tee.kbs_server import KbsServer

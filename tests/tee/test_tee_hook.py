@@ -10,10 +10,10 @@ import pytest
 import pytest_asyncio
 
 from audit import AuditLog, AuditSettings, ContentCapture, EventType, QueryFilter, decode_record
-from service.audit_trail import AuditTrail
-from service.config import load_settings
-from service.runtime import ModelEntry, ModelState, Runtime
-from service.tee_hook import TeeHook, TeeStartupError
+from service.core.audit_trail import AuditTrail
+from service.runtime.state import ModelEntry, ModelState, Runtime
+from service.runtime.tee_hook import TeeHook, TeeStartupError
+from service.settings.config import load_settings
 from tests.tee.conftest import FIXTURES
 from tests.tee.kbs_server import KbsServer
 from trust.sm2 import Sm2PrivateKey

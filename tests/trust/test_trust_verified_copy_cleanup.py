@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from trust_testutil import make_model
 
-from service.model_verification import copies_root, verify_entry
-from service.runtime import ModelEntry, ModelState, Verification
+from service.runtime.state import ModelEntry, ModelState, Verification
+from service.runtime.verification import copies_root, verify_entry
 from trust.errors import Reason, VerificationError
 from trust.model_signing import sign_model
 from trust.sm2 import Sm2PrivateKey

@@ -1,0 +1,158 @@
+"""A gRPC front end: one grpc.aio server with its listeners, bound to a shared Runtime."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_health.v1.health import aio as health_aio
+
+from service.access.auth import Authenticator
+from service.access.policy import AccessPolicy
+from service.core.listen_probe import ListenError
+from service.core.tls_material import TlsMaterial, load_tls_material
+from service.frontends.grpc.attestation_servicer import AttestationServicer
+from service.frontends.grpc.audit_servicer import AuditServicer
+from service.frontends.grpc.inference_servicer import InferenceServicer
+from service.frontends.grpc.interceptors import CallPipeline
+from service.frontends.grpc.model_servicer import ModelServicer
+from service.frontends.grpc.reflection import enable_reflection
+from service.frontends.grpc.server_servicer import ServerServicer
+from service.operations.inference import Inference
+from service.pipeline.call_core import CallCore
+from service.runtime.state import Runtime
+from service.settings.config import Settings
+from xinserve.v1 import (
+    attestation_pb2,
+    attestation_pb2_grpc,
+    audit_pb2,
+    audit_pb2_grpc,
+    inference_pb2,
+    inference_pb2_grpc,
+    model_pb2,
+    model_pb2_grpc,
+    server_pb2,
+    server_pb2_grpc,
+)
+
+
+def server_options(settings: Settings) -> list[tuple[str, int]]:
+    """Channel arguments: bounded messages, keepalive that tolerates Java/Go client pings.
+
+    A unary Generate writes nothing while the engine decodes, so client keepalive pings
+    in that window must not count as strikes (vLLM's own gRPC launcher,
+    vllm/entrypoints/launchers/grpc_server.py, does the same): no strike limit, pings
+    accepted every 10 s even without data, and without active calls. ``SO_REUSEPORT`` is
+    off (grpc turns it on by default on Linux): a second server on a taken port fails to
+    bind instead of silently sharing the port's connections with the first.
+    """
+    size = settings.limits.max_message_bytes
+    return [
+        ("grpc.max_receive_message_length", size),
+        ("grpc.max_send_message_length", size),
+        ("grpc.http2.max_ping_strikes", 0),
+        ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
+        ("grpc.keepalive_permit_without_calls", 1),
+        ("grpc.keepalive_time_ms", 60_000),
+        ("grpc.keepalive_timeout_ms", 20_000),
+        ("grpc.so_reuseport", 0),
+    ]
+
+
+def server_credentials(material: TlsMaterial) -> grpc.ServerCredentials:
+    """TLS credentials from the checked PEM files; with a client CA, client certificates are required."""
+    pair = (material.key_pem, material.cert_chain_pem)
+    if material.client_ca_pem is not None:
+        return grpc.ssl_server_credentials([pair], root_certificates=material.client_ca_pem, require_client_auth=True)
+    return grpc.ssl_server_credentials([pair])
+
+
+def _bound(add: Callable[[str], int], address: str, setting: str) -> int:
+    """``add(address)`` (``grpc.aio.Server.add_insecure_port``/``add_secure_port``): the port bound.
+
+    Raises:
+        ListenError: grpc could not bind the address (grpc raises RuntimeError without the reason).
+    """
+    try:
+        return add(address)
+    except RuntimeError:
+        raise ListenError(
+            f"cannot listen on {address} ({setting}): the address is in use by another process "
+            "or not available on this host"
+        ) from None
+
+
+class Frontend:
+    """Builds and runs one grpc.aio server over ``runtime``.
+
+    The TLS files are read and checked (``load_tls_material``) before anything binds. The
+    listeners bind when it is built (``start`` begins serving on them); with
+    ``grpc.so_reuseport`` off, an address another server holds is refused (ListenError)
+    instead of being shared with it.
+
+    Args:
+        runtime: shared state (models, admission, health).
+        settings: which listeners to open, TLS, auth and limits (may differ per front end).
+        authenticator: token/mTLS authentication for this front end.
+        device: device kind reported by ModelService/ServerService.
+        core: the call core to share with other front ends (default: one over the above
+            and the policy of ``settings.auth``).
+
+    Raises:
+        TlsMaterialError: with ``listen.tls``, a TLS file cannot be read, is not PEM of its
+            kind, or the key does not match the certificate.
+        ListenError: a listener cannot bind.
+    """
+
+    def __init__(
+        self,
+        runtime: Runtime,
+        settings: Settings,
+        authenticator: Authenticator,
+        device: str,
+        core: CallCore | None = None,
+    ) -> None:
+        material = load_tls_material(settings.tls) if settings.listen.tls else None
+        self.runtime = runtime
+        self.settings = settings
+        self.core = core or CallCore(runtime, authenticator, AccessPolicy(settings.auth))
+        self.inference = Inference(runtime, self.core.policy)
+        self.server = grpc.aio.server(interceptors=[CallPipeline(self.core)], options=server_options(settings))
+        inference_pb2_grpc.add_InferenceServiceServicer_to_server(InferenceServicer(self.inference), self.server)
+        model_pb2_grpc.add_ModelServiceServicer_to_server(ModelServicer(runtime, device), self.server)
+        server_pb2_grpc.add_ServerServiceServicer_to_server(ServerServicer(runtime, device), self.server)
+        audit_pb2_grpc.add_AuditServiceServicer_to_server(AuditServicer(runtime), self.server)
+        spki = material.leaf_spki_sha256 if material is not None else None
+        attestation_pb2_grpc.add_AttestationServiceServicer_to_server(AttestationServicer(runtime, spki), self.server)
+        self.health = health_aio.HealthServicer()
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
+        if settings.reflection:
+            names = [
+                inference_pb2.DESCRIPTOR.services_by_name["InferenceService"].full_name,
+                model_pb2.DESCRIPTOR.services_by_name["ModelService"].full_name,
+                server_pb2.DESCRIPTOR.services_by_name["ServerService"].full_name,
+                audit_pb2.DESCRIPTOR.services_by_name["AuditService"].full_name,
+                attestation_pb2.DESCRIPTOR.services_by_name["AttestationService"].full_name,
+                health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
+            ]
+            enable_reflection(names, self.server)
+        self.ports: dict[str, int] = {}
+        for address in settings.listen.plaintext:
+            self.ports[address] = _bound(self.server.add_insecure_port, address, "listen.plaintext")
+        if material is not None:
+            creds = server_credentials(material)
+            for address in settings.listen.tls:
+                self.ports[address] = _bound(lambda a: self.server.add_secure_port(a, creds), address, "listen.tls")
+
+    async def start(self) -> None:
+        await self.runtime.attach_health(self.health)
+        await self.server.start()
+
+    async def stop(self, grace: float | None) -> None:
+        """Stop listening (``grpc.aio.Server.stop``). With no grace (0 or None: the drain's
+        grace is over), inference calls still running are first answered UNAVAILABLE with
+        reason ``DRAINING`` (``CallCore.stop_running``), on both front ends sharing the core."""
+        if not grace:
+            await self.core.stop_running()
+        await self.server.stop(grace)

@@ -1,0 +1,63 @@
+"""The call core's errors (``RpcError``) as OpenAI error objects with their HTTP status.
+
+Body: ``{"error": {"message", "type", "param", "code"}}`` (OpenAI API reference, "Error
+codes"). ``param`` names the OpenAI request field of the first field violation; ``code`` is
+the ``ErrorInfo`` reason in lower case (``model_not_found``, ``admission_queue_full``).
+RESOURCE_EXHAUSTED and UNAVAILABLE carry ``Retry-After`` (seconds) from ``RetryInfo``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import grpc
+
+from service.core.body_reception import REQUEST_BODY_TOO_SLOW, REQUEST_TIMEOUT, REQUEST_TOO_LARGE
+from service.core.status import RpcError
+from service.frontends.openai.mapping import openai_param
+
+# gRPC status → (HTTP status, OpenAI error type); AIP-193's HTTP mapping of gRPC codes.
+_HTTP: dict[grpc.StatusCode, tuple[int, str]] = {
+    grpc.StatusCode.INVALID_ARGUMENT: (400, "invalid_request_error"),
+    grpc.StatusCode.FAILED_PRECONDITION: (400, "invalid_request_error"),
+    grpc.StatusCode.OUT_OF_RANGE: (400, "invalid_request_error"),
+    grpc.StatusCode.UNAUTHENTICATED: (401, "authentication_error"),
+    grpc.StatusCode.PERMISSION_DENIED: (403, "permission_error"),
+    grpc.StatusCode.NOT_FOUND: (404, "not_found_error"),
+    grpc.StatusCode.ALREADY_EXISTS: (409, "conflict_error"),
+    grpc.StatusCode.ABORTED: (409, "conflict_error"),
+    grpc.StatusCode.RESOURCE_EXHAUSTED: (429, "rate_limit_error"),
+    grpc.StatusCode.CANCELLED: (499, "cancelled"),
+    grpc.StatusCode.UNIMPLEMENTED: (501, "not_implemented_error"),
+    grpc.StatusCode.UNAVAILABLE: (503, "service_unavailable_error"),
+    grpc.StatusCode.DEADLINE_EXCEEDED: (504, "timeout_error"),
+}
+METHOD_NOT_ALLOWED = "METHOD_NOT_ALLOWED"
+"""``ErrorInfo`` reason of a known path called with another HTTP method (HTTP 405)."""
+UNSUPPORTED_MEDIA_TYPE = "UNSUPPORTED_MEDIA_TYPE"
+"""``ErrorInfo`` reason of a request body that is not declared ``application/json`` (HTTP 415)."""
+
+
+def http_error(err: RpcError, *, chat: bool = False) -> tuple[int, dict[str, Any], dict[str, str]]:
+    """(HTTP status, OpenAI error body, extra headers) for ``err``."""
+    status, kind = _HTTP.get(err.code, (500, "api_error"))
+    if err.reason == REQUEST_TOO_LARGE:
+        status, kind = 413, "invalid_request_error"
+    elif err.reason == METHOD_NOT_ALLOWED:
+        status, kind = 405, "invalid_request_error"
+    elif err.reason == UNSUPPORTED_MEDIA_TYPE:
+        status, kind = 415, "invalid_request_error"
+    elif err.reason in (REQUEST_TIMEOUT, REQUEST_BODY_TOO_SLOW):
+        status, kind = 408, "invalid_request_error"
+    param = openai_param(err.violations[0].field, chat) if err.violations else None
+    message = err.message
+    if err.violations:
+        message = "invalid request: " + "; ".join(
+            f"{openai_param(v.field, chat)}: {v.description}" for v in err.violations[:5]
+        )
+    headers: dict[str, str] = {}
+    if err.retry_after_s is not None and status in (429, 503):
+        headers["retry-after"] = str(max(1, math.ceil(err.retry_after_s)))
+    body = {"error": {"message": message, "type": kind, "param": param, "code": err.reason.lower()}}
+    return status, body, headers

@@ -1,0 +1,93 @@
+"""The ``auth`` section of the configuration: who may call (tokens, mTLS rules, anonymous
+callers) and the authorization policy's roles. ``service.access.policy.AccessPolicy`` is built from it."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from service.settings.base import SettingsModel
+
+
+class RoleSettings(SettingsModel):
+    """One role of the authorization policy."""
+
+    methods: list[str]
+    """Method-name patterns (shell-style) the role may call: ``xinserve.v1.InferenceService/*``,
+    ``xinserve.v1.AuditService/QueryRecords``, ``openai/*``."""
+    models: list[str] = Field(default_factory=lambda: ["*"])
+    """Model-name patterns the role may use in inference calls."""
+    duty: Literal["system", "security", "audit"] | None = None
+    """Administrator duty (三员分立): one principal may not hold two different duties."""
+    act_for_others: bool = False
+    """May act on other principals' requests (``Abort`` of a request it did not start)."""
+
+
+_SERVER_STATE = ["xinserve.v1.ModelService/*", "xinserve.v1.ServerService/*", "xinserve.v1.AttestationService/*"]
+
+
+def default_roles() -> dict[str, RoleSettings]:
+    """The default policy (README, Security): ``user`` runs inference; ``admin`` (system
+    administrator) runs inference and may abort anyone's request; ``security_admin`` reads
+    server state; ``auditor`` (audit administrator) reads the audit log and server state.
+    Server state is ModelService, ServerService and AttestationService."""
+    inference = ["xinserve.v1.InferenceService/*", "openai/*"]
+    return {
+        "user": RoleSettings(methods=[*inference, *_SERVER_STATE]),
+        "admin": RoleSettings(methods=[*inference, *_SERVER_STATE], duty="system", act_for_others=True),
+        "security_admin": RoleSettings(methods=list(_SERVER_STATE), duty="security"),
+        "auditor": RoleSettings(methods=["xinserve.v1.AuditService/*", *_SERVER_STATE], duty="audit"),
+    }
+
+
+class MtlsRoleRule(SettingsModel):
+    """Roles for mTLS principals whose certificate matches; the first matching rule applies."""
+
+    subject: str | None = None
+    """Regular expression that must match the whole subject (RFC 4514 string)."""
+    san: str | None = None
+    """Shell-style pattern that must match one subjectAltName (DNS name, URI or e-mail)."""
+    roles: list[str] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _one_condition(self) -> MtlsRoleRule:
+        if self.subject is None and self.san is None:
+            raise ValueError("a rule needs subject or san")
+        if self.subject is not None:
+            try:
+                re.compile(self.subject)
+            except re.error as exc:
+                raise ValueError(f"subject: not a regular expression ({exc.msg})") from None
+        return self
+
+
+class AuthSettings(SettingsModel):
+    """Who may call. The principal is the mTLS certificate subject or the token's principal."""
+
+    token_file: Path | None = None
+    """Lines ``<principal> <sha256-hex of the token> [roles,comma,separated]``; '#' comments.
+    Must not be accessible to its group or others (mode 0600); reloaded on SIGHUP."""
+    required: bool = False
+    """Refuse calls with neither a valid token nor a client certificate (UNAUTHENTICATED)."""
+    roles: dict[str, RoleSettings] = Field(default_factory=default_roles)
+    """The authorization policy: role name -> methods, models, duty (replaces the default)."""
+    anonymous_roles: list[str] = Field(default_factory=lambda: ["user"])
+    """Roles of callers without credentials (when ``required`` is false)."""
+    mtls_roles: list[MtlsRoleRule] = Field(default_factory=list)
+    """Roles of mTLS principals by certificate subject or subjectAltName."""
+    mtls_default_roles: list[str] = Field(default_factory=lambda: ["user"])
+    """Roles of an mTLS principal no rule matches."""
+    allow_conflicting_roles: bool = False
+    """Allow a principal to hold roles of different duties (not for production)."""
+    allow_insecure_token_file_permissions: bool = False
+    """Warn instead of refusing to start (or reload) when ``token_file`` is accessible to its
+    group or others (not for production)."""
+    max_failed_logins: int = Field(default=10, ge=1)
+    """Failed logins (refused or expired tokens) from one peer host, or for one principal,
+    within ``failed_login_window_s`` that lock it out for ``lockout_s``."""
+    failed_login_window_s: float = Field(default=60.0, gt=0)
+    lockout_s: float = Field(default=300.0, ge=0)
+    """While locked out, every call is RESOURCE_EXHAUSTED (``LOGIN_THROTTLED``) with RetryInfo."""
