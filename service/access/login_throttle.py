@@ -20,6 +20,7 @@ from collections.abc import Callable
 import grpc
 
 from service.core.status import RpcError
+from xinserve_client.addresses import target_host
 
 
 class LoginThrottle:
@@ -81,6 +82,7 @@ class LoginThrottle:
 
 
 def peer_host(peer: str) -> str:
-    """The host part of a transport peer (``ipv4:127.0.0.1:5000`` → ``127.0.0.1``)."""
-    address = peer.split(":", 1)[1] if peer.startswith(("ipv4:", "ipv6:")) else peer
-    return address.rsplit(":", 1)[0].strip("[]") if ":" in address else address
+    """The host part of a transport peer, without brackets or port
+    (``xinserve_client.addresses.target_host``): ``ipv4:127.0.0.1:5000`` → ``127.0.0.1``,
+    ``ipv6:[::1]:5000`` and ``ipv6:%5B::1%5D:5000`` → ``::1``; ``unix`` for a unix-socket peer."""
+    return target_host(peer) or "unix"

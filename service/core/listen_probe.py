@@ -63,12 +63,6 @@ def listen_error(address: str, setting: str, exc: OSError) -> ListenError:
     return ListenError(f"cannot listen on {address} ({setting}): {exc.strerror or exc}")
 
 
-def split_address(address: str) -> tuple[str, int]:
-    """``HOST:PORT`` or ``[IPV6]:PORT`` → (host without brackets, port)
-    (``xinserve_client.addresses.split_host_port``)."""
-    return split_host_port(address)
-
-
 def _bind(family: int, sockaddr: Any, *, v6only: bool | None = None) -> socket.socket:
     """A TCP socket of ``family`` with ``SO_REUSEADDR`` bound to ``sockaddr`` (not listening);
     the caller owns it. ``v6only`` sets ``IPV6_V6ONLY`` (None: the system default).
@@ -107,7 +101,7 @@ def http_socket(address: str) -> socket.socket:
         OSError: the address cannot be bound (``socket.gaierror`` for a name that does not
             resolve).
     """
-    host, port = split_address(address)
+    host, port = split_host_port(address)
     return _bind(socket.AF_INET6 if ":" in host else socket.AF_INET, (host, port))
 
 
@@ -116,7 +110,7 @@ def _probe_http(address: str) -> None:
 
 
 def _probe_metrics(address: str) -> None:
-    host, port = split_address(address)
+    host, port = split_host_port(address)
     family, _, _, _, sockaddr = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
     with _bound(family, (sockaddr[0], port)):
         pass
@@ -136,7 +130,7 @@ def _probe_wildcard(port: int) -> None:
 def _probe_grpc(address: str) -> None:
     if address.startswith(GRPC_URI_SCHEMES):
         return
-    host, port = split_address(address)
+    host, port = split_host_port(address)
     infos = socket.getaddrinfo(host, port, socket.AF_UNSPEC, socket.SOCK_STREAM, 0, socket.AI_PASSIVE)
     first: OSError | None = None
     for family, _, _, _, sockaddr in infos:
@@ -187,7 +181,7 @@ def probe(setting: str, address: str) -> None:
         ListenError: it cannot be bound now (port in use, address not on this host, name that
             does not resolve).
     """
-    if split_address(address)[1] == 0 and not address.startswith(GRPC_URI_SCHEMES):
+    if split_host_port(address)[1] == 0 and not address.startswith(GRPC_URI_SCHEMES):
         return
     try:
         _PROBES[setting](address)

@@ -33,7 +33,7 @@ from engine_backends.vllm_compat import engine_version
 from engine_backends.vllm_engine import VllmEngine
 from service.core import metrics
 from service.core.audit_trail import AuditTrail
-from service.core.listen_probe import listen_error, split_address
+from service.core.listen_probe import listen_error
 from service.core.logs import get_logger
 from service.frontends.grpc.server import Frontend
 from service.frontends.grpc.server_servicer import server_version
@@ -52,6 +52,7 @@ from trust.errors import VerificationError
 from trust.image_signing import signed_digest_unverified, verify_image
 from trust.sm3 import sm3_hex
 from trust.trust_store import TrustStore
+from xinserve_client.addresses import split_host_port
 
 log = get_logger("xinserve.server")
 
@@ -404,7 +405,7 @@ def start_metrics_listener(address: str) -> WSGIServer:
     Raises:
         ListenError: the address cannot be bound.
     """
-    host, port = split_address(address)
+    host, port = split_host_port(address)
     try:
         httpd, _ = start_http_server(port, addr=host)
     except OSError as exc:

@@ -37,10 +37,6 @@ class ConfigError(Exception):
     """Invalid configuration. The message names every bad option; safe to print."""
 
 
-def _is_loopback(address: str) -> bool:
-    return is_loopback_host(split_host_port(address)[0])
-
-
 def _check_address(address: str) -> str:
     split_host_port(address)
     return address
@@ -327,7 +323,7 @@ class Settings(BaseSettings):
         if not self.listen.allow_insecure_remote:
             for kind, addresses in (("plaintext", self.listen.plaintext), ("http", self.listen.http)):
                 for address in addresses:
-                    if not _is_loopback(address):
+                    if not is_loopback_host(split_host_port(address)[0]):
                         raise ValueError(
                             f"listen.{kind}: {address} is not a loopback address; use a TLS listener "
                             "or set listen.allow_insecure_remote"

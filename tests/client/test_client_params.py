@@ -227,11 +227,20 @@ def test_cosine_similarity():
     ],
 )
 def test_one_loopback_rule_for_server_and_client(host, loopback):
-    from service.settings.config import _is_loopback
+    from pydantic import ValidationError
+
+    from service.settings.config import Settings
     from trust.tee.config import _loopback
     from xinserve_client.addresses import is_loopback_host
 
     assert is_loopback_host(host) is loopback
-    assert _is_loopback(f"{host if ':' not in host.strip('[]') else '[' + host.strip('[]') + ']'}:1") is loopback
-    if host.strip("[]").lower() != "api.localhost" and not host.startswith("::ffff"):
-        assert _loopback(host.strip("[]")) is loopback
+    bare = host.strip("[]")
+    address = f"[{bare}]:1" if ":" in bare else f"{bare}:1"
+    try:
+        Settings(listen={"plaintext": [address]})
+        server_loopback = True
+    except ValidationError as exc:
+        assert "is not a loopback address" in str(exc)
+        server_loopback = False
+    assert server_loopback is loopback
+    assert _loopback(bare) is loopback

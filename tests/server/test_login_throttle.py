@@ -48,6 +48,22 @@ def test_lockout_after_max_failures_within_the_window():
     assert peer_host("ipv6:[::1]:5000") == "::1"
 
 
+@pytest.mark.parametrize(
+    ("peer", "host"),
+    [
+        ("ipv4:127.0.0.1:5000", "127.0.0.1"),
+        ("ipv6:[::1]:5000", "::1"),
+        ("ipv6:%5B::1%5D:5000", "::1"),
+        ("ipv6:%5B2001:db8::7%5D:443", "2001:db8::7"),
+        ("unix:/run/xinserve.sock", "unix"),
+        ("ipv4:10.0.0.1:1", "10.0.0.1"),
+    ],
+)
+def test_peer_host_of_grpc_peers(peer, host):
+    """gRPC writes IPv6 peers with percent-encoded brackets; one host per client address."""
+    assert peer_host(peer) == host
+
+
 def test_token_not_after(tmp_path):
     path = tmp_path / "tokens"
     path.write_text(
