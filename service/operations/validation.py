@@ -12,10 +12,10 @@ import re
 import uuid
 
 from engine_backends.protocol import ModelInfo, SamplingOptions, StructuredOutput
-from service.core.sampling_fields import OPTIONAL_SCALARS
 from service.core.status import FieldViolation, invalid_argument
 from service.settings.config import LimitsSettings
 from xinserve.v1 import sampling_pb2
+from xinserve_client.sampling_fields import OPTIONAL_SCALARS
 
 REQUEST_ID = re.compile(r"[\x21-\x7e]{1,128}\Z")
 REQUEST_ID_RULE = "must be sent once, 1..128 printable ASCII characters without spaces"

@@ -14,11 +14,11 @@ from google.protobuf.descriptor import FieldDescriptor
 
 from engine_backends.protocol import ModelInfo, SamplingOptions, StructuredKind
 from engine_backends.vllm_compat import make_sampling_params
-from service.core.sampling_fields import ALL_FIELDS, OPTIONAL_SCALARS, REPEATED_SCALARS, STRUCTURED_OUTPUT
 from service.operations.validation import Violations, sampling_options
 from service.settings.config import LimitsSettings
 from xinserve.v1 import sampling_pb2
 from xinserve_client import build_sampling_params
+from xinserve_client.sampling_fields import ALL_FIELDS, OPTIONAL_SCALARS, REPEATED_SCALARS, STRUCTURED_OUTPUT
 
 INFO = ModelInfo("m", "generate", 2048, 1000, "float32", "vllm", "0", "cpu", 20)
 NO_RULE = None

@@ -16,6 +16,7 @@ from xinserve.v1 import common_pb2, inference_pb2, sampling_pb2
 
 from .addresses import is_loopback_target
 from .errors import IncompatibleServerError, UnavailableError
+from .sampling_fields import ALL_FIELDS, OPTIONAL_SCALARS, STRUCTURED_OUTPUT
 
 __all__ = [
     "DEFAULT",
@@ -53,15 +54,7 @@ TokenSource = Union[str, Callable[[], str]]  # noqa: UP007
 Prompt = Union[str, Sequence[int]]  # noqa: UP007
 ChatMessageLike = Union[common_pb2.ChatMessage, Mapping[str, Any], tuple[str, str]]  # noqa: UP007
 
-# SamplingParams fields by kind (names are vLLM's), read from the contract's descriptor, so a
-# new sampling parameter in sampling.proto is accepted here without an edit.
-_STRUCTURED = tuple(f.name for f in sampling_pb2.SamplingParams.DESCRIPTOR.oneofs_by_name["structured_output"].fields)
-_OPTIONAL_SCALARS = tuple(
-    f.name
-    for f in sampling_pb2.SamplingParams.DESCRIPTOR.fields
-    if f.has_presence and f.message_type is None and f.name not in _STRUCTURED
-)
-SAMPLING_PARAM_NAMES: frozenset[str] = frozenset(f.name for f in sampling_pb2.SamplingParams.DESCRIPTOR.fields)
+SAMPLING_PARAM_NAMES: frozenset[str] = frozenset(ALL_FIELDS)
 """Keyword arguments accepted as sampling parameters by every generate/chat method."""
 
 
@@ -95,7 +88,7 @@ def build_sampling_params(
     params = sampling_pb2.SamplingParams()
     if base is not None:
         params.CopyFrom(base)
-    for name in _OPTIONAL_SCALARS:
+    for name in OPTIONAL_SCALARS:
         if name in given:
             setattr(params, name, given[name])
     if "stop" in given:
@@ -111,7 +104,7 @@ def build_sampling_params(
             params.logit_bias[int(token_id)] = float(bias)
     if "lora_name" in given:
         params.lora_name = given["lora_name"]
-    structured = [name for name in _STRUCTURED if name in given]
+    structured = [name for name in STRUCTURED_OUTPUT if name in given]
     if len(structured) > 1:
         raise ValueError(f"at most one structured-output parameter may be given, got {', '.join(structured)}")
     if structured:

@@ -11,7 +11,7 @@ as strictly, and applied by ``service.frontends.openai.mapping``:
 
 - the optional and repeated scalars (``top_k``, ``min_p``, ``repetition_penalty``,
   ``stop_token_ids``, ...; ``SAMPLING_EXTRAS``);
-- the ``structured_output`` members (``sampling_fields.STRUCTURED_OUTPUT``): ``regex`` and ``grammar``
+- the ``structured_output`` members (``xinserve_client.sampling_fields.STRUCTURED_OUTPUT``): ``regex`` and ``grammar``
   (strings), ``json_schema`` (a JSON Schema as an object, or as JSON text), ``json_object``
   (a boolean) and ``choice`` (an array of strings); at most one of them, and none together
   with chat's ``response_format`` of type ``json_object``/``json_schema``;
@@ -37,9 +37,9 @@ from google.protobuf.descriptor import FieldDescriptor
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 from pydantic_core import ErrorDetails
 
-from service.core.sampling_fields import OPTIONAL_SCALARS, REPEATED_SCALARS, STRUCTURED_OUTPUT
 from service.core.status import FieldViolation, invalid_argument
 from xinserve.v1 import sampling_pb2
+from xinserve_client.sampling_fields import OPTIONAL_SCALARS, REPEATED_SCALARS, STRUCTURED_OUTPUT
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
 _KEY_CHARS = 64
@@ -283,7 +283,7 @@ SamplingExtras: type[BaseModel] = create_model(
     "SamplingExtras", __config__=ConfigDict(extra="ignore", strict=True), **_EXTRA_FIELDS
 )
 """The contract-named extra fields of a request body (``SAMPLING_EXTRAS``,
-``sampling_fields.STRUCTURED_OUTPUT``, ``lora_name``) and ``structured_outputs``, typed as the contract
+``xinserve_client.sampling_fields.STRUCTURED_OUTPUT``, ``lora_name``) and ``structured_outputs``, typed as the contract
 declares them (an ``int32`` is an integer, a ``float`` a number, a ``repeated int32`` an
 array of integers, ``choice`` an array of strings)."""
 
