@@ -443,9 +443,9 @@ async def test_rechained_forgery_is_reported_once_and_later_breaks_still_show(
 
 
 async def test_problems_are_capped(backend: Backend, key, clock, built, monkeypatch) -> None:
-    import audit.verify
+    import audit.verify.records
 
-    monkeypatch.setattr(audit.verify, "MAX_RECORD_PROBLEMS", 2)
+    monkeypatch.setattr(audit.verify.records, "MAX_RECORD_PROBLEMS", 2)
     for seq in (5, 12, 18, 21):
         _edit_request_id(backend, seq)
     report = verify(backend, key, clock)
