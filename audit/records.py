@@ -75,6 +75,11 @@ class EventType(StrEnum):
     """The audit database was deleted or replaced under the running writer (sent to the anchor
     stream and the process log, as the log itself cannot take it), or, at start, an earlier
     log's traces were found with no log and ``audit.previous_log_retired`` (``OK``, ``traces``)."""
+    LOGIN_LOCKOUT = "login_lockout"
+    """Failed logins started a lockout (``RESOURCE_EXHAUSTED``): ``scope`` (``peer``,
+    ``principal``, ``certificate``, ``token``, ``global``), ``locked`` (the host, principal or
+    certificate name), ``peer``, ``failures``, ``window_ms``, ``lockout_ms``. One per lockout,
+    not per refused call."""
     RPC_BEGIN = "rpc_begin"
     """A streamed or long call started (written before its first output); its ``rpc`` record
     follows with the same ``request_id``. A begin without an end means the process died."""

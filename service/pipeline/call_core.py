@@ -29,9 +29,10 @@ from dataclasses import dataclass
 import grpc
 import structlog
 
+from audit import EventType
 from engine_backends.errors import EngineDeadError, EngineError
 from service.access.auth import AuthenticationFailed, Authenticator, certificate_identity
-from service.access.login_throttle import LoginThrottle, peer_host
+from service.access.login_throttle import GLOBAL, Lockout, LoginThrottle, certificate_key, peer_host, token_key
 from service.access.policy import AccessPolicy
 from service.core import metrics
 from service.core.call_context import CallRecord, Principal
@@ -72,6 +73,13 @@ class Started:
     request_id_ok: bool
 
 
+def _credential_keys(authorization: str, certificate: tuple[str | None, str | None]) -> list[str]:
+    """The per-principal throttle keys of a call presenting a token: the token's and, with a
+    client certificate, the certificate's (``service.access.login_throttle``)."""
+    keys = [token_key(authorization), certificate_key(*certificate)]
+    return [k for k in keys if k is not None]
+
+
 def _stopped_by_drain() -> RpcError:
     return RpcError(
         grpc.StatusCode.UNAVAILABLE,
@@ -102,7 +110,17 @@ class CallCore:
         self.authenticator = authenticator
         self.policy = policy
         auth = runtime.settings.auth
-        self.throttle = throttle or LoginThrottle(auth.max_failed_logins, auth.failed_login_window_s, auth.lockout_s)
+        self.throttle = throttle or LoginThrottle(
+            auth.max_failed_logins,
+            auth.failed_login_window_s,
+            auth.lockout_s,
+            max_principal_failures=auth.max_failed_logins_per_principal,
+            max_global_failures=auth.max_failed_logins_global,
+            global_lockout_s=auth.global_lockout_s,
+        )
+        # Lockouts started by failed logins, with the peer host of the call that started
+        # each; audited once each by the next call to complete.
+        self._lockouts: list[tuple[Lockout, str]] = []
         # Tasks running an admitted call, and those of them stopped by ``stop_running``.
         self._running: set[asyncio.Task] = set()
         self._stopping: set[asyncio.Task] = set()
@@ -138,7 +156,7 @@ class CallCore:
 
         try:
             if authorizations:  # a peer's lockout throttles token guessing, not certificate or anonymous calls
-                self.throttle.check(peer_key)
+                self.throttle.check(GLOBAL, peer_key, *_credential_keys(authorizations[0], cert_identity()))
             if len(authorizations) > 1:
                 raise AuthenticationFailed("more than one authorization header")
             record.principal = self.authenticator.authenticate(
@@ -150,7 +168,11 @@ class CallCore:
         except AuthenticationFailed as exc:
             if authorizations:  # a token was presented and refused: not the same as no credentials
                 record.principal = Principal(exc.principal or "", "token", frozenset(), *cert_identity())
-                self.throttle.failed(peer_key, *([f"principal:{exc.principal}"] if exc.principal else []))
+                keys = [GLOBAL, peer_key, *_credential_keys(authorizations[0], cert_identity())]
+                if exc.principal:
+                    keys.append(f"principal:{exc.principal}")
+                host = peer_host(transport.peer)
+                self._lockouts.extend((lockout, host) for lockout in self.throttle.failed(*keys))
             refusal = RpcError(grpc.StatusCode.UNAUTHENTICATED, str(exc), "UNAUTHENTICATED")
         except RpcError as throttled:
             if authorizations and record.principal.auth_method == "anonymous":
@@ -268,8 +290,32 @@ class CallCore:
             return
         record.completed = True
         self._observe(record, code, message)
-        if self.runtime.audit is not None and record.audited:
-            await self.runtime.audit.record_call(record, code)
+        try:
+            if self.runtime.audit is not None and record.audited:
+                await self.runtime.audit.record_call(record, code)
+        finally:
+            if self._lockouts:
+                await self._record_lockouts()
+
+    async def _record_lockouts(self) -> None:
+        """One ``login_lockout`` audit event (and warning log line) per lockout started: its
+        scope (``peer``, ``principal``, ``certificate``, ``token``, ``global``), what is
+        locked (the host, principal or certificate name; never a token's digest), the peer
+        whose failure started it, the failures, window and lockout in milliseconds."""
+        lockouts, self._lockouts = self._lockouts, []
+        for lockout, host in lockouts:
+            locked = lockout.key.partition(":")[2] if lockout.scope in ("peer", "principal", "certificate") else None
+            detail = {
+                "scope": lockout.scope,
+                "locked": locked,
+                "peer": host,
+                "failures": lockout.failures,
+                "window_ms": round(lockout.window_s * 1000),
+                "lockout_ms": round(lockout.lockout_s * 1000),
+            }
+            log.warning("login_lockout", **detail)
+            if self.runtime.audit is not None:
+                await self.runtime.audit.event(EventType.LOGIN_LOCKOUT, "RESOURCE_EXHAUSTED", **detail)
 
     def _observe(self, record: CallRecord, code: grpc.StatusCode, message: str | None) -> None:
         elapsed = time.monotonic() - record.started

@@ -86,8 +86,17 @@ class AuthSettings(SettingsModel):
     """Warn instead of refusing to start (or reload) when ``token_file`` is accessible to its
     group or others (not for production)."""
     max_failed_logins: int = Field(default=10, ge=1)
-    """Failed logins (refused or expired tokens) from one peer host, or for one principal,
-    within ``failed_login_window_s`` that lock it out for ``lockout_s``."""
+    """Failed logins (refused or expired tokens) from one peer host within
+    ``failed_login_window_s`` that lock it out for ``lockout_s``."""
+    max_failed_logins_per_principal: int = Field(default=10, ge=1)
+    """Failed logins within ``failed_login_window_s`` for one principal (named by an expired
+    token), with one presented token (by its SHA-256), or with one client certificate beside
+    a refused token (by its subject) that lock it out for ``lockout_s``, from any address."""
+    max_failed_logins_global: int = Field(default=1000, ge=1)
+    """Failed logins from all sources together within ``failed_login_window_s`` that lock every
+    call presenting a token out for ``global_lockout_s``."""
     failed_login_window_s: float = Field(default=60.0, gt=0)
     lockout_s: float = Field(default=300.0, ge=0)
     """While locked out, every call is RESOURCE_EXHAUSTED (``LOGIN_THROTTLED``) with RetryInfo."""
+    global_lockout_s: float = Field(default=60.0, ge=0)
+    """How long the global lockout (``max_failed_logins_global``) lasts."""
