@@ -30,7 +30,7 @@ DEFAULT_TARGET = "127.0.0.1:50051"
 
 
 class _ClientBase:
-    """Options common to both clients (see XinserveClient for their meaning)."""
+    """Options common to both clients: the constructor of XinserveClient and AsyncXinserveClient."""
 
     def __init__(
         self,
@@ -54,6 +54,42 @@ class _ClientBase:
         metadata: Sequence[tuple[str, str]] | None = None,
         generate_request_ids: bool = True,
     ) -> None:
+        """Check the options and create the channel.
+
+        Args:
+            target: ``host:port`` (any gRPC target string). Default ``127.0.0.1:50051``.
+            tls: force TLS on (True) or off (False); by default TLS is on when ``ca_cert`` or
+                ``client_cert`` is given, else the channel is plaintext.
+            ca_cert: PEM of the CA that signed the server certificate (bytes, PEM text or a file
+                path); None uses the system roots when TLS is on.
+            client_cert, client_key: PEM client certificate chain and private key for mTLS.
+            token: bearer token, or a zero-argument callable returning the current one (called
+                for every call, so it can refresh; keep it fast). Sent as
+                ``authorization: Bearer <token>``: as call credentials over TLS; as plain
+                metadata on plaintext channels, which is allowed only to loopback targets
+                (127.0.0.0/8, ::1, localhost, unix:) unless ``allow_insecure_token=True``. If the
+                callable raises, the call fails with UnavailableError naming the cause.
+            server_name: TLS name to verify the server certificate against, when it differs
+                from the target host.
+            allow_insecure_token: send the token over plaintext to a non-loopback target.
+            timeout: default deadline in seconds for inference calls (generate, chat, embed and
+                their streams); None (default) = no deadline.
+            control_timeout: default deadline in seconds for the other calls (models, server
+                info, load, health, tokenize, detokenize, abort). Default 30.
+            wait_for_ready: queue calls while the channel connects instead of failing fast with
+                UNAVAILABLE.
+            max_receive_message_bytes, max_send_message_bytes: message size limits (64 MiB).
+            keepalive_time_s, keepalive_timeout_s: HTTP/2 keepalive ping interval (30 s; the
+                server permits >= 10 s, with or without calls) and ack timeout (10 s).
+            channel_options: extra ``(name, value)`` gRPC channel options, appended last.
+            metadata: ``(key, value)`` pairs sent with every call.
+            generate_request_ids: when a call has no ``request_id``, send a random one (uuid4
+                hex) as ``x-request-id`` so errors and streams carry it.
+
+        Raises:
+            ValueError: inconsistent options (cert without key, token over plaintext to a
+                remote target, unreadable PEM file, non-positive timeout).
+        """
         for name, value in (("timeout", timeout), ("control_timeout", control_timeout)):
             if value is not None and value <= 0:
                 raise ValueError(f"{name} must be > 0 seconds or None")
