@@ -202,6 +202,9 @@ class LimitsSettings(SettingsModel):
     max_stop_sequences: int = Field(default=64, ge=0)
     max_stop_sequence_bytes: int = Field(default=256, ge=1)
     max_embed_inputs: int = Field(default=1024, ge=1)
+    max_completion_prompts: int = Field(default=64, ge=1)
+    """Prompts in one OpenAI ``/v1/completions`` request (``prompt`` as a list; 400 naming
+    ``prompt`` past it). Each prompt is admitted and audited as one Generate call."""
     max_chat_messages: int = Field(default=1024, ge=1)
     max_prompt_bytes: int = Field(default=2 * 1024 * 1024, ge=1024)
     """Largest prompt text (or chat messages, or embedding inputs together, or text to

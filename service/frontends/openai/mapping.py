@@ -198,14 +198,27 @@ def _assign(sp: sampling_pb2.SamplingParams, name: str, value: Any, field: str |
         _refuse(field or name, "is out of range for the field")
 
 
-def completion_request(body: CompletionBody, request_id: str) -> inference_pb2.GenerateRequest:
-    """A ``GenerateRequest`` for ``POST /v1/completions``.
+def _prompts(prompt: str | list[str] | list[int] | list[list[int]]) -> list[str | list[int]]:
+    """The prompts of a completions ``prompt``: a string or one token-id list is one prompt,
+    a list of strings or of token-id lists one prompt each (an empty list is one empty prompt)."""
+    if isinstance(prompt, str):
+        return [prompt]
+    if not prompt or isinstance(prompt[0], int):
+        return [prompt]  # type: ignore[list-item]
+    return list(prompt)  # type: ignore[arg-type]
+
+
+def completion_requests(body: CompletionBody, max_prompts: int) -> list[inference_pb2.GenerateRequest]:
+    """One ``GenerateRequest`` per prompt of ``POST /v1/completions`` (OpenAI's ``prompt``: a
+    string, a list of strings, a token-id list or a list of token-id lists), each with the
+    body's sampling parameters and an empty ``request_id``.
 
     Raises:
-        RpcError: INVALID_ARGUMENT for what this server cannot honour (several prompts,
-            ``echo``, ``suffix``, ``best_of`` other than ``n``, ``prompt_logprobs``,
-            ``stream_options.continuous_usage_stats``), for more than one
-            structured-output field, and for vLLM's removed ``guided_*`` fields.
+        RpcError: INVALID_ARGUMENT naming ``prompt`` for more than ``max_prompts`` prompts
+            (``prompt[i]`` for a token id outside 32 bits), and for what this server cannot
+            honour (``echo``, ``suffix``, ``best_of`` other than ``n``, ``prompt_logprobs``,
+            ``stream_options.continuous_usage_stats``), for more than one structured-output
+            field, and for vLLM's removed ``guided_*`` fields.
     """
     if body.echo:
         _refuse("echo", "is not supported")
@@ -213,28 +226,61 @@ def completion_request(body: CompletionBody, request_id: str) -> inference_pb2.G
         _refuse("suffix", "is not supported")
     if body.best_of is not None and body.best_of != (body.n or 1):
         _refuse("best_of", "is not supported (it must equal n)")
+    prompts = _prompts(body.prompt)
+    if len(prompts) > max_prompts:
+        _refuse(
+            "prompt", f"at most {max_prompts} prompts per request (limits.max_completion_prompts), got {len(prompts)}"
+        )
     sp = _sampling(body, body.max_tokens)
     _apply_structured(sp, _structured_sources(body))
     if body.logprobs is not None:
         _assign(sp, "logprobs", body.logprobs)
-    req = inference_pb2.GenerateRequest(model=body.model, sampling_params=sp, request_id=request_id)
-    prompt = body.prompt
-    if isinstance(prompt, list) and prompt and isinstance(prompt[0], list):
-        if len(prompt) != 1:
-            _refuse("prompt", "one prompt per request")
-        prompt = prompt[0]
-    if isinstance(prompt, list) and prompt and isinstance(prompt[0], str):
-        if len(prompt) != 1:
-            _refuse("prompt", "one prompt per request")
-        prompt = prompt[0]
-    if isinstance(prompt, str):
-        req.prompt = prompt
-    else:
-        try:
-            req.prompt_token_ids.extend(prompt)
-        except (TypeError, ValueError):
-            _refuse("prompt", "token ids must be 32-bit integers")
+    requests = []
+    for i, prompt in enumerate(prompts):
+        req = inference_pb2.GenerateRequest(model=body.model, sampling_params=sp)
+        if isinstance(prompt, str):
+            req.prompt = prompt
+        else:
+            try:
+                req.prompt_token_ids.extend(prompt)
+            except (TypeError, ValueError):
+                _refuse(f"prompt[{i}]" if len(prompts) > 1 else "prompt", "token ids must be 32-bit integers")
+        requests.append(req)
+    return requests
+
+
+def completion_request(body: CompletionBody, request_id: str) -> inference_pb2.GenerateRequest:
+    """A ``GenerateRequest`` for a completions body with one prompt (``completion_requests``).
+
+    Raises:
+        RpcError: INVALID_ARGUMENT as ``completion_requests``, naming ``prompt`` for more
+            than one prompt.
+    """
+    (req,) = completion_requests(body, 1)
+    req.request_id = request_id
     return req
+
+
+def merged_completions(
+    replies: list[inference_pb2.GenerateResponse], n: int, request_id: str
+) -> inference_pb2.GenerateResponse:
+    """One ``GenerateResponse`` for the replies to a batch of prompts, as vLLM's completions
+    server builds it: prompt ``p``'s output ``i`` becomes index ``p * n + i``; usage summed."""
+    merged = inference_pb2.GenerateResponse(request_id=request_id)
+    for p, reply in enumerate(replies):
+        for output in reply.outputs:
+            added = merged.outputs.add()
+            added.CopyFrom(output)
+            added.index = p * n + output.index
+        add_usage(merged.usage, reply.usage)
+    return merged
+
+
+def add_usage(total: common_pb2.Usage, part: common_pb2.Usage) -> None:
+    """Add ``part``'s token counts to ``total``."""
+    total.prompt_tokens += part.prompt_tokens
+    total.completion_tokens += part.completion_tokens
+    total.cached_tokens += part.cached_tokens
 
 
 def _content(message_index: int, content: Any) -> str:

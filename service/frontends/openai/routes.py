@@ -25,8 +25,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import math
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from email.message import Message
 from typing import Any, TypeVar
@@ -48,14 +50,17 @@ from service.frontends.openai.connections import response_request_id
 from service.frontends.openai.errors import METHOD_NOT_ALLOWED, UNSUPPORTED_MEDIA_TYPE, http_error
 from service.frontends.openai.mapping import (
     StreamChunks,
+    add_usage,
     chat_request,
     chat_response,
     completion_request,
+    completion_requests,
     completion_response,
     detokenize_request,
     embed_request,
     embedding_response,
     forced_tool,
+    merged_completions,
     tokenize_request,
     tokenize_response,
 )
@@ -71,6 +76,7 @@ from service.frontends.openai.schemas import (
 from service.operations.inference import Inference
 from service.pipeline.call_core import CallCore, Started, Transport
 from service.runtime.state import ModelState, Runtime
+from xinserve.v1 import common_pb2, inference_pb2
 
 CLIENT_CERT_STATE = "xinserve_client_cert_pem"
 """Key of the verified client certificate (PEM) in the ASGI scope's ``state``, set per
@@ -516,7 +522,17 @@ class OpenAIRoutes:
         return await self._call(request, "openai/detokenize", True, op)
 
     async def completions(self, request: Request) -> Response:
-        return await self._generate(request, chat=False)
+        """``POST /v1/completions`` with one prompt or a batch (``_completion_events``)."""
+        started = self.core.begin("openai/completions", self._transport(request))
+        record = started.record
+        events = self._completion_events(request, started, await self._receive(request, started))
+        try:
+            first = await events.__anext__()
+        except RpcError as err:
+            return self._error(err, record)
+        if isinstance(first, dict):
+            return self._ok(first, record)
+        return EventStream(first, events, {REQUEST_ID_HEADER: record.request_id or ""})  # type: ignore[arg-type]
 
     async def chat_completions(self, request: Request) -> Response:
         return await self._generate(request, chat=True)
@@ -601,3 +617,157 @@ class OpenAIRoutes:
             yield result
         else:
             yield "data: [DONE]\n\n"
+
+    def _prompt_calls(self, started: Started, count: int) -> list[Started]:
+        """The calls a completions request runs: itself for one prompt; for a batch, one call
+        per prompt with the caller's identity and request id ``<id>-<i>`` (as vLLM names a
+        batch's engine requests), each authorized, admitted and audited by the call core as one
+        Generate call."""
+        if count == 1:
+            return [started]
+        record = started.record
+        return [
+            Started(
+                dataclasses.replace(
+                    record,
+                    request_id=f"{record.request_id}-{i}",
+                    started=time.monotonic(),
+                    trace_headers=dict(record.trace_headers),
+                    output_parts={},
+                    audit_detail={},
+                ),
+                None,
+                True,
+            )
+            for i in range(count)
+        ]
+
+    async def _prompt_reply(self, call: Started, proto: inference_pb2.GenerateRequest, index: int | None) -> Any:
+        try:
+            async with self.core.run(call, admitted=True, cancel_code=_cancelled) as record:
+                return await self.ops.generate(proto, record)
+        except RpcError as err:
+            raise _in_prompt(err, index) from None
+
+    async def _prompt_stream(
+        self, call: Started, proto: inference_pb2.GenerateRequest, index: int | None, queue: asyncio.Queue
+    ) -> None:
+        """Put ``(index, message)`` for each message of one prompt's stream on ``queue``, then
+        ``(index, None)``, or ``(index, error)`` when the call fails."""
+        try:
+            async with self.core.run(call, admitted=True, cancel_code=_cancelled) as record:
+                async with contextlib.aclosing(self.ops.generate_stream(proto, record)) as messages:  # type: ignore[type-var]
+                    async for msg in messages:
+                        await queue.put((index, msg))
+        except RpcError as err:
+            await queue.put((index, _in_prompt(err, index)))
+            return
+        await queue.put((index, None))
+
+    async def _completion_events(self, request: Request, started: Started, raw: bytes | RpcError) -> AsyncIterator[Any]:
+        """``/v1/completions``: one dict (the reply) when not streamed, else SSE strings; an
+        error before the first item is raised as ``RpcError``, a later one sent as an error
+        event. A refusal of the request as a whole (identity, body, JSON, fields) is one call
+        of the request's id; otherwise each prompt is a call of its own (``_prompt_calls``),
+        run concurrently, the first to fail cancelling the others. Choices and stream chunks
+        are indexed ``prompt * n + i``, usage summed, as vLLM's completions server answers
+        (``OpenAIServingCompletion``)."""
+        refusal: RpcError | None = raw if isinstance(raw, RpcError) else None
+        protos: list[inference_pb2.GenerateRequest] = []
+        body: CompletionBody | None = None
+        if refusal is None and started.refusal is None and started.request_id_ok:
+            try:
+                body = parse_body(CompletionBody, _parse_json(request, raw))  # type: ignore[arg-type]
+                protos = completion_requests(body, self.runtime.settings.limits.max_completion_prompts)
+                self.core.policy.authorize(started.record.principal, started.record.method)
+            except RpcError as err:
+                refusal = err
+        if body is None or refusal is not None or not protos:
+            async with self.core.run(started, admitted=False, cancel_code=_cancelled):
+                raise refusal or invalid_argument([FieldViolation("prompt", "is required")])
+        assert body is not None
+        batch = len(protos) > 1
+        calls = self._prompt_calls(started, len(protos))
+        n = body.n or 1
+        top_n = body.logprobs or 0
+        rid = started.record.request_id or ""
+        if not body.stream:
+            replies = await _unless_disconnected(
+                request,
+                _first_error(
+                    [
+                        self._prompt_reply(c, p, i if batch else None)
+                        for i, (c, p) in enumerate(zip(calls, protos, strict=True))
+                    ]
+                ),
+            )
+            yield completion_response(merged_completions(replies, n, rid) if batch else replies[0], body.model, top_n)
+            return
+        include_usage = bool(body.stream_options and body.stream_options.include_usage)
+        mapper = StreamChunks(chat=False, model=body.model, request_id=rid, include_usage=include_usage, top_n=top_n)
+        queue: asyncio.Queue = asyncio.Queue(maxsize=2 * len(protos))
+        producers = [
+            asyncio.ensure_future(self._prompt_stream(c, p, i if batch else None, queue))
+            for i, (c, p) in enumerate(zip(calls, protos, strict=True))
+        ]
+        total = common_pb2.Usage()
+        running = len(producers)
+        sent = False
+        try:
+            while running:
+                index, item = await queue.get()
+                if item is None:
+                    running -= 1
+                    continue
+                if isinstance(item, RpcError):
+                    raise item
+                if index:
+                    item.index += index * n
+                if item.HasField("usage"):
+                    add_usage(total, item.usage)
+                    item.ClearField("usage")
+                for chunk in mapper.chunks(item):
+                    sent = True
+                    yield _sse(chunk)
+        except RpcError as err:
+            if not sent:
+                raise
+            _, error_body, _ = http_error(err)
+            yield _sse(error_body)
+            yield "data: [DONE]\n\n"
+            return
+        finally:
+            for producer in producers:
+                producer.cancel()
+            await asyncio.gather(*producers, return_exceptions=True)
+        for chunk in mapper.chunks(inference_pb2.GenerateStreamResponse(request_id=rid, usage=total)):
+            yield _sse(chunk)
+        yield "data: [DONE]\n\n"
+
+
+def _in_prompt(err: RpcError, index: int | None) -> RpcError:
+    """``err`` of a batch's prompt ``index``: a violation of the prompt names ``prompt[index]``."""
+    if index is None or not err.violations:
+        return err
+    named = [
+        FieldViolation(f"prompt[{index}]", v.description) if v.field in ("prompt", "prompt_token_ids") else v
+        for v in err.violations
+    ]
+    return dataclasses.replace(invalid_argument(named, err.reason), code=err.code, metadata=err.metadata)
+
+
+async def _first_error(calls: list[Awaitable[_T]]) -> list[_T]:
+    """The results of ``calls``, run concurrently, in order; the first to fail (the lowest
+    index among those failing together) cancels the rest and its error is raised. Cancelled
+    from outside, it cancels them all and waits for their cleanup."""
+    tasks = [asyncio.ensure_future(call) for call in calls]
+    try:
+        done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
+        for task in tasks:
+            if task in done and not task.cancelled() and task.exception() is not None:
+                raise task.exception()  # type: ignore[misc]
+        return [task.result() for task in tasks]
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
