@@ -28,7 +28,15 @@ from service.core import metrics
 from service.core.call_context import CallRecord
 from service.core.convert import extend_positions_bounded, fill_completion_output_bounded, fill_stream_message
 from service.core.status import RpcError
-from service.operations.tools import ToolPlan, add_history_tool_fields, check_auto, check_tools, forced_calls
+from service.operations.tools import (
+    AutoReading,
+    ToolDelta,
+    ToolPlan,
+    add_history_tool_fields,
+    check_auto,
+    check_tools,
+    forced_calls,
+)
 from service.operations.validation import (
     REQUEST_ID,
     REQUEST_ID_RULE,
@@ -328,8 +336,20 @@ class Inference:
     # -- unary -------------------------------------------------------------------------
 
     async def _unary(self, request, info: CallRecord, response_cls, *, chat: bool):
+    @staticmethod
+    def _auto_reading(engine: Engine, plan: ToolPlan) -> AutoReading | None:
+        """The reading of ``tool_choice: "auto"`` replies by the model's tool-call parser
+        (``_prepare`` refused ``auto`` without one); None for another tool choice."""
+        if plan.mode != "auto" or plan.tools is None or engine.info.tool_call_parser is None:
+            return None
+        tools = plan.tools
+        return AutoReading(lambda: engine.auto_tool_calls(tools))
+
         engine, gen, plan = self._prepare(request, info, chat=chat, stream=False)
+        """The whole reply and, per index, its content as the tool-call parser read it (the
+        text itself without ``tool_choice: "auto"`` or without calls)."""
         final: GenerationUpdate | None = None
+        auto = self._auto_reading(engine, plan)
         by_index = {}
         async for update in self.run(engine, gen, info):
             for chunk in update.completions:
@@ -339,29 +359,48 @@ class Inference:
             raise RpcError(grpc.StatusCode.INTERNAL, "the engine returned no output", "ENGINE_NO_OUTPUT")
         response = response_cls(request_id=gen.request_id, usage=self._usage(final, info))
         for i in sorted(by_index):
+        contents: dict[int, str | None] = {}
             output = response.outputs.add()
             await fill_completion_output_bounded(output, by_index[i])
-            output.tool_calls.extend(forced_calls(output.text, plan))
+            if auto is not None:
+                contents[output.index], calls = auto.whole(output.text)
+            else:
+                contents[output.index], calls = output.text, forced_calls(output.text, plan)
+            output.tool_calls.extend(calls)
         if not chat and final.prompt_logprobs:
             await extend_positions_bounded(response.prompt_logprobs, final.prompt_logprobs)
-        return response
+        return response, contents
 
     async def generate(
         self, request: inference_pb2.GenerateRequest, info: CallRecord
     ) -> inference_pb2.GenerateResponse:
         """``Generate``: the whole completion(s)."""
-        return await self._unary(request, info, inference_pb2.GenerateResponse, chat=False)
+        response, _ = await self._unary(request, info, inference_pb2.GenerateResponse, chat=False)
+        return response  # type: ignore[no-any-return]
 
     async def chat(self, request: inference_pb2.ChatRequest, info: CallRecord) -> inference_pb2.ChatResponse:
-        """``Chat``: the whole reply (or replies, for n > 1)."""
-        return await self._unary(request, info, inference_pb2.ChatResponse, chat=True)
+        """``Chat``: the whole reply (or replies, for n > 1). Each output's ``tool_calls``: the
+        calls forced by a required or named ``tool_choice``, or those the model's tool-call
+        parser read for ``auto``; ``text`` stays the model's whole output."""
+        response, _ = await self._unary(request, info, inference_pb2.ChatResponse, chat=True)
+        return response  # type: ignore[no-any-return]
+
+    async def chat_contents(
+        self, request: inference_pb2.ChatRequest, info: CallRecord
+    ) -> tuple[inference_pb2.ChatResponse, dict[int, str | None]]:
+        """As ``chat``, with each index's content as OpenAI's chat API returns it beside the
+        tool calls: for ``tool_choice: "auto"`` what the tool-call parser left of the text
+        once it read calls (None: nothing), else the text."""
+        return await self._unary(request, info, inference_pb2.ChatResponse, chat=True)  # type: ignore[no-any-return]
 
     # -- streaming ---------------------------------------------------------------------
 
-    async def _stream(self, request, info: CallRecord, message_cls, *, chat: bool):
-        """One message per completion index that has something to say in an update: its
-        delta (text, token ids, logprobs), its finish reason once, the prompt logprobs on
-        the first message, usage on the last.
+    async def _stream(self, request, info: CallRecord, message_cls, *, chat: bool, read_deltas: bool = False):
+        """Pairs ``(message, reading)``: one message per completion index that has something
+        to say in an update: its delta (text, token ids, logprobs), its finish reason and
+        tool calls once, the prompt logprobs on the first message, usage on the last;
+        ``reading``: with ``read_deltas`` and ``tool_choice: "auto"``, the tool-call parser's
+        ``ToolDelta`` of a message with text, token ids or a finish reason, else None.
 
         An update holds what the engine produced since the previous one was taken: when the
         client (or this event loop) is behind, the vLLM backend's DELTA outputs are merged
@@ -370,6 +409,9 @@ class Inference:
         concatenate to the unary answer."""
         engine, gen, plan = self._prepare(request, info, chat=chat, stream=True)
         texts: dict[int, list[str]] = {}
+        auto = self._auto_reading(engine, plan)
+        deltas = auto if read_deltas else None
+        keep_text = plan.schema is not None or auto is not None
         rid = gen.request_id
         finished: set[int] = set()
         first = True
@@ -377,14 +419,16 @@ class Inference:
             messages = []
             for chunk in update.completions:
                 final_for_index = chunk.finish_reason is not None and chunk.index not in finished
-                if plan.schema is not None and chunk.text:
+                if keep_text and chunk.text:
                     texts.setdefault(chunk.index, []).append(chunk.text)
                 if final_for_index:
                     finished.add(chunk.index)
                     msg = message_cls()
                     fill_stream_message(msg, rid, chunk, True)
-                    if plan.schema is not None:
-                        msg.tool_calls.extend(forced_calls("".join(texts.pop(chunk.index, [])), plan))
+                    if keep_text:
+                        whole = "".join(texts.pop(chunk.index, []))
+                        calls = auto.whole(whole)[1] if auto is not None else forced_calls(whole, plan)
+                        msg.tool_calls.extend(calls)
                 elif not chunk.text and not chunk.token_ids:
                     continue
                 elif chunk.logprobs:
@@ -392,31 +436,50 @@ class Inference:
                     fill_stream_message(msg, rid, chunk, False)
                 else:
                     msg = message_cls(request_id=rid, index=chunk.index, text=chunk.text, token_ids=chunk.token_ids)
-                messages.append(msg)
+                reading: ToolDelta | None = None
+                if deltas is not None:
+                    reading = deltas.delta(chunk.index, chunk.text, chunk.token_ids, final_for_index)
+                messages.append((msg, reading))
             if first and not chat and update.prompt_logprobs:
                 if not messages:
-                    messages.append(message_cls(request_id=rid))
-                await extend_positions_bounded(messages[0].prompt_logprobs, update.prompt_logprobs)
+                    messages.append((message_cls(request_id=rid), None))
+                await extend_positions_bounded(messages[0][0].prompt_logprobs, update.prompt_logprobs)
             if update.finished:
                 if not messages:
-                    messages.append(message_cls(request_id=rid))
-                messages[-1].usage.CopyFrom(self._usage(update, info))
+                    messages.append((message_cls(request_id=rid), None))
+                messages[-1][0].usage.CopyFrom(self._usage(update, info))
             if messages:
                 first = False
-            for msg in messages:
+            for pair in messages:
+                yield pair
+
+    async def _messages(self, request, info: CallRecord, message_cls, *, chat: bool):
+        """``_stream``'s messages alone; closing this generator closes ``_stream`` at once
+        (and with it the engine request)."""
+        async with contextlib.aclosing(self._stream(request, info, message_cls, chat=chat)) as pairs:
+            async for msg, _ in pairs:
                 yield msg
 
     def generate_stream(
         self, request: inference_pb2.GenerateRequest, info: CallRecord
     ) -> AsyncIterator[inference_pb2.GenerateStreamResponse]:
         """``GenerateStream``: deltas; ``finish_reason`` once per index; usage on the last message."""
-        return self._stream(request, info, inference_pb2.GenerateStreamResponse, chat=False)
+        return self._messages(request, info, inference_pb2.GenerateStreamResponse, chat=False)
 
     def chat_stream(
         self, request: inference_pb2.ChatRequest, info: CallRecord
     ) -> AsyncIterator[inference_pb2.ChatStreamResponse]:
-        """``ChatStream``: as ``generate_stream`` for a chat."""
-        return self._stream(request, info, inference_pb2.ChatStreamResponse, chat=True)
+        """``ChatStream``: as ``generate_stream`` for a chat; the message with an index's
+        finish reason carries its tool calls (as ``chat``'s ``tool_calls``)."""
+        return self._messages(request, info, inference_pb2.ChatStreamResponse, chat=True)
+
+    def chat_stream_read(
+        self, request: inference_pb2.ChatRequest, info: CallRecord
+    ) -> AsyncIterator[tuple[inference_pb2.ChatStreamResponse, ToolDelta | None]]:
+        """As ``chat_stream``, each message paired with the tool-call parser's ``ToolDelta``
+        (``tool_choice: "auto"``; None otherwise), which OpenAI's streamed tool-call deltas
+        are made of."""
+        return self._stream(request, info, inference_pb2.ChatStreamResponse, chat=True, read_deltas=True)
 
     # -- embeddings, tokenizer, abort ----------------------------------------------------
 

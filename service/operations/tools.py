@@ -6,9 +6,10 @@ template (``apply_chat_template(tools=...)``); ``tool_choice`` ``"required"`` an
 function are forced by structured output, a JSON Schema built from the tools as vLLM builds
 it (``engine_backends.tool_calls.forced_tool_schema``), so any model answers with valid
 calls; ``"auto"`` (the default when tools are given) needs the model's tool-call parser
-(``check_auto``), as vLLM refuses it without ``--enable-auto-tool-choice --tool-call-parser``. A history message's
-tool-call arguments (JSON text in the contract) reach the template as objects, as vLLM
-passes them.
+(``check_auto``), as vLLM refuses it without ``--enable-auto-tool-choice --tool-call-parser``,
+and its reply is read by that parser (``AutoReading``, for both front ends). A history
+message's tool-call arguments (JSON text in the contract) reach the template as objects, as
+vLLM passes them.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from __future__ import annotations
 import json
 import re
 import secrets
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -188,3 +190,77 @@ def forced_calls(text: str, plan: ToolPlan) -> list[common_pb2.ToolCall]:
         common_pb2.ToolCall(id=tool_call_id(), name=name, arguments=json.dumps(arguments, ensure_ascii=False))
         for name, arguments in calls
     ]
+
+
+@dataclass(frozen=True)
+class ToolDelta:
+    """The tool-call parser's reading of one streamed message (``tool_choice: "auto"``).
+
+    ``content``: the part of the message's text that is content (None: none); ``calls``: the
+    parser's OpenAI tool-call deltas (``index`` and the parts present: ``id``, ``type``,
+    ``function.name``, ``function.arguments``); ``rest``: on an index's last message, the
+    delta with the last call's arguments the parser held back (None: nothing held back);
+    ``first``: the index's first message; ``called``: the reply has begun a tool call.
+    """
+
+    content: str | None
+    calls: list[dict[str, Any]]
+    rest: dict[str, Any] | None
+    first: bool
+    called: bool
+
+
+def proto_calls(calls: Sequence[Mapping[str, Any]]) -> list[common_pb2.ToolCall]:
+    """OpenAI ``tool_calls`` dicts (``{"id", "function": {"name", "arguments"}}``) as the
+    contract's ``ToolCall`` messages; a call without an id gets a new one."""
+    out = []
+    for call in calls:
+        function = call.get("function") or {}
+        out.append(
+            common_pb2.ToolCall(
+                id=call.get("id") or tool_call_id(),
+                name=str(function.get("name") or ""),
+                arguments=str(function.get("arguments") or ""),
+            )
+        )
+    return out
+
+
+class AutoReading:
+    """The model's tool-call parser (vLLM's, ``Engine.auto_tool_calls``) reading the replies
+    of one ``tool_choice: "auto"`` chat: each whole reply (``whole``), or each streamed
+    message of a reply (``delta``), one parser per completion index, as vLLM's OpenAI
+    server reads them.
+
+    Args:
+        new_reader: makes one ``engine_backends.tool_calls.AutoToolCalls`` (a reader keeps
+            the state of one reply).
+    """
+
+    def __init__(self, new_reader: Callable[[], Any]) -> None:
+        self._new = new_reader
+        self._readers: dict[int, Any] = {}
+
+    def whole(self, text: str) -> tuple[str | None, list[common_pb2.ToolCall]]:
+        """``(content, tool calls)`` of a whole reply; without calls ``(text, [])``."""
+        content, found = self._new().extract(text)
+        if not found:
+            return text, []
+        return content, proto_calls(found)
+
+    def delta(self, index: int, text: str, token_ids: Sequence[int], finished: bool) -> ToolDelta:
+        """The reading of index ``index``'s next streamed message (``finished``: its last)."""
+        reader = self._readers.get(index)
+        first = reader is None
+        if reader is None:
+            reader = self._readers[index] = self._new()
+        content, calls = reader.stream(text, list(token_ids)) if text or token_ids else (None, [])
+        rest = None
+        called = bool(reader.called)
+        if finished:
+            self._readers.pop(index, None)
+            if called:
+                held = reader.remaining_arguments()
+                if held:
+                    rest = {"index": reader.called - 1, "function": {"arguments": held}}
+        return ToolDelta(content or None, calls, rest, first, called)

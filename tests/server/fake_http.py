@@ -26,6 +26,16 @@ async def http_over_fake_engines(
     """Serve ``engines`` (started here, READY) over HTTP on 127.0.0.1; yields (port, runtime).
     ``overrides``: more settings (e.g. ``{"limits": {...}}``). Stops the listener, the engines
     and the audit log on exit."""
+    async with both_over_fake_engines(tmp_path, engines, overrides, grpc=False) as (port, _, runtime):
+        yield port, runtime
+
+
+@asynccontextmanager
+async def both_over_fake_engines(
+    tmp_path: Path, engines: list[FakeEngine], overrides: dict | None = None, *, grpc: bool = True
+) -> AsyncIterator[tuple[int, int, Runtime]]:
+    """As ``http_over_fake_engines``, with the gRPC listener of the same call core serving too
+    (``grpc``); yields (HTTP port, gRPC port or 0, runtime)."""
     settings = load_settings(
         overrides={
             "data_dir": str(tmp_path / "data"),
@@ -44,9 +54,13 @@ async def http_over_fake_engines(
     grpc_frontend = Frontend(runtime, settings, authenticator_for(settings), "cpu")
     http = HttpFrontend(grpc_frontend.core, grpc_frontend.inference, settings)
     await http.start()
+    if grpc:
+        await grpc_frontend.start()
     try:
-        yield next(iter(http.ports.values())), runtime
+        yield next(iter(http.ports.values())), next(iter(grpc_frontend.ports.values())) if grpc else 0, runtime
     finally:
+        if grpc:
+            await grpc_frontend.stop(0)
         await http.stop()
         for engine in engines:
             await engine.shutdown()

@@ -17,10 +17,8 @@ from __future__ import annotations
 import base64
 import json
 import re
-import secrets
 import struct
 import time
-from collections.abc import Callable
 from typing import Any
 
 from service.core.sampling_fields import REPEATED_SCALARS, STRUCTURED_OUTPUT
@@ -35,6 +33,7 @@ from service.frontends.openai.schemas import (
     TokenizeBody,
     _Sampling,
 )
+from service.operations.tools import ToolDelta
 from xinserve.v1 import common_pb2, inference_pb2, sampling_pb2
 
 _FINISH: dict[int, str] = {
@@ -486,35 +485,11 @@ def completion_response(reply: inference_pb2.GenerateResponse, model: str, top_n
     }
 
 
-def tool_call_id() -> str:
-    """A new tool call id: ``call_`` and 24 random hex digits (OpenAI's ``call_...`` form)."""
-    return "call_" + secrets.token_hex(12)
-
-
-def forced_tool_calls(text: str, forced: str) -> list[dict[str, Any]] | None:
-    """The OpenAI ``tool_calls`` in a reply whose text structured output forced (``forced``:
-    ``"required"``, whose text is vLLM's ``[{"name", "parameters"}, ...]``, or a function
-    name, whose text is that function's arguments); None when the text is not that JSON
-    (cut by ``max_tokens``). Arguments are JSON text, as OpenAI sends them."""
-    try:
-        value = json.loads(text)
-    except (ValueError, RecursionError):
-        return None
-    if forced != "required":
-        calls = [(forced, value)] if isinstance(value, dict) else []
-    elif isinstance(value, list) and all(isinstance(c, dict) and isinstance(c.get("name"), str) for c in value):
-        calls = [(c["name"], c.get("parameters", {})) for c in value]
-    else:
-        calls = []
-    if not calls:
-        return None
+def _openai_calls(calls) -> list[dict[str, Any]]:
+    """The contract's ``ToolCall`` messages as OpenAI ``tool_calls`` (arguments: JSON text)."""
     return [
-        {
-            "id": tool_call_id(),
-            "type": "function",
-            "function": {"name": name, "arguments": json.dumps(arguments, ensure_ascii=False)},
-        }
-        for name, arguments in calls
+        {"id": call.id, "type": "function", "function": {"name": call.name, "arguments": call.arguments}}
+        for call in calls
     ]
 
 
@@ -529,26 +504,25 @@ def chat_response(
     model: str,
     top_n: int,
     forced: str | None = None,
-    auto: Callable[[], Any] | None = None,
+    contents: dict[int, str | None] | None = None,
 ) -> dict[str, Any]:
-    """OpenAI's ``chat.completion``; with ``forced`` (``forced_tool``) each reply whose text
-    is the forced JSON becomes ``tool_calls`` with ``content: null``; with ``auto`` (a
-    factory of ``engine_backends.tool_calls.AutoToolCalls``, for ``tool_choice: "auto"``)
-    the model's tool-call parser splits each reply into ``content`` and ``tool_calls``
-    (``finish_reason`` ``tool_calls`` when it found any, as vLLM answers)."""
+    """OpenAI's ``chat.completion``. An output with ``tool_calls`` (read by the operation:
+    forced by ``forced``, see ``forced_tool``, or read by the model's tool-call parser for
+    ``tool_choice: "auto"``) becomes an assistant message with those ``tool_calls`` and the
+    content ``contents[index]`` (``null`` for a forced call; what the parser left of the
+    text for ``auto``), ``finish_reason`` ``tool_calls`` as vLLM answers (a named function:
+    ``stop``); an output without them is its text."""
     choices = []
     for o in reply.outputs:
         message: dict[str, Any] = {"role": "assistant", "content": o.text}
         reason = finish_reason(o.finish_reason)
-        calls = forced_tool_calls(o.text, forced) if forced is not None else None
-        if forced is not None and calls is not None:
-            message = {"role": "assistant", "content": None, "tool_calls": calls}
+        if o.tool_calls and forced is not None:
+            message = {"role": "assistant", "content": None, "tool_calls": _openai_calls(o.tool_calls)}
             reason = _tool_finish(forced, reason)
-        elif auto is not None:
-            content, found = auto().extract(o.text)
-            if found:
-                message = {"role": "assistant", "content": content, "tool_calls": found}
-                reason = "tool_calls"
+        elif o.tool_calls:
+            content = (contents or {}).get(o.index)
+            message = {"role": "assistant", "content": content, "tool_calls": _openai_calls(o.tool_calls)}
+            reason = "tool_calls"
         choices.append(
             {
                 "index": o.index,
@@ -595,12 +569,9 @@ class StreamChunks:
         include_usage: bool,
         top_n: int,
         forced: str | None = None,
-        auto: Callable[[], Any] | None = None,
     ) -> None:
         self.chat = chat
         self.forced = forced
-        self.auto = auto
-        self._readers: dict[int, Any] = {}
         self._tool_text: dict[int, list[str]] = {}
         self.model = model
         self.id = f"{'chatcmpl' if chat else 'cmpl'}-{request_id}"
@@ -635,9 +606,9 @@ class StreamChunks:
         assert self.forced is not None
         text = "".join(parts)
         reason = finish_reason(msg.finish_reason)
-        calls = forced_tool_calls(text, self.forced)
+        calls = _openai_calls(msg.tool_calls)
         started: dict[str, Any] = {"role": "assistant"}
-        if calls is None:
+        if not calls:
             return [
                 self._chunk(
                     [
@@ -692,44 +663,39 @@ class StreamChunks:
         )
         return out
 
-    def _auto_chunks(self, msg) -> list[dict[str, Any]]:
-        """``tool_choice: "auto"``: each delta read by the model's tool-call parser (vLLM's
-        ``extract_tool_calls_streaming``), content and tool-call deltas as it returns them;
-        the last call's arguments it holds back are sent before the finish reason, which is
-        ``tool_calls`` when the reply called a tool."""
-        assert self.auto is not None
-        reader = self._readers.get(msg.index)
-        delta: dict[str, Any] = {}
-        if reader is None:
-            reader = self._readers[msg.index] = self.auto()
-            delta["role"] = "assistant"
-        content, calls = reader.stream(msg.text, list(msg.token_ids)) if msg.text or msg.token_ids else (None, [])
-        if content:
-            delta["content"] = content
-        if calls:
-            delta["tool_calls"] = calls
+    def _auto_chunks(self, msg, reading: ToolDelta) -> list[dict[str, Any]]:
+        """``tool_choice: "auto"``: the tool-call parser's reading of each message (vLLM's
+        ``extract_tool_calls_streaming``, run by the operation), content and tool-call
+        deltas as it returns them; the last call's arguments it held back are sent before
+        the finish reason, which is ``tool_calls`` when the reply called a tool."""
+        delta: dict[str, Any] = {"role": "assistant"} if reading.first else {}
+        if reading.content:
+            delta["content"] = reading.content
+        if reading.calls:
+            delta["tool_calls"] = reading.calls
         reason = finish_reason(msg.finish_reason)
         out = []
-        if reason is not None and reader.called:
-            rest = reader.remaining_arguments()
-            if rest:
+        if reason is not None and reading.called:
+            if reading.rest is not None:
                 if delta:
                     out.append(
                         self._chunk([{"index": msg.index, "delta": delta, "logprobs": None, "finish_reason": None}])
                     )
-                delta = {"tool_calls": [{"index": reader.called - 1, "function": {"arguments": rest}}]}
+                delta = {"tool_calls": [reading.rest]}
             reason = "tool_calls" if reason == "stop" else reason
         if delta or reason is not None:
             out.append(self._chunk([{"index": msg.index, "delta": delta, "logprobs": None, "finish_reason": reason}]))
         return out
 
-    def chunks(self, msg) -> list[dict[str, Any]]:
+    def chunks(self, msg, reading: ToolDelta | None = None) -> list[dict[str, Any]]:
+        """The chunks of one stream message; ``reading``: its ``ToolDelta`` for
+        ``tool_choice: "auto"`` (``Inference.chat_stream_read``)."""
         out = []
         has_content = bool(msg.text or msg.token_ids or msg.finish_reason)
         if has_content and self.chat and self.forced is not None:
             out.extend(self._tool_chunks(msg))
-        elif has_content and self.chat and self.auto is not None:
-            out.extend(self._auto_chunks(msg))
+        elif has_content and self.chat and reading is not None:
+            out.extend(self._auto_chunks(msg, reading))
         elif has_content:
             reason = finish_reason(msg.finish_reason)
             if self.chat:

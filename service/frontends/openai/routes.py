@@ -537,19 +537,6 @@ class OpenAIRoutes:
     async def chat_completions(self, request: Request) -> Response:
         return await self._generate(request, chat=True)
 
-    def _auto_tool_calls(self, body: ChatBody) -> Callable[[], Any] | None:
-        """For ``tool_choice: "auto"`` (given, or implied by ``tools``): a factory of the
-        model's tool-call readers (``Engine.auto_tool_calls``), called once per reply after
-        the operation accepted the request (which refuses ``auto`` without a parser)."""
-        if not body.tools or body.tool_choice not in (None, "auto"):
-            return None
-        entry = self.runtime.models.get(body.model)
-        engine = entry.engine if entry is not None else None
-        if engine is None:
-            return None
-        tools = [tool.model_dump(exclude_none=True) for tool in body.tools]
-        return lambda: engine.auto_tool_calls(tools)
-
     async def _generate(self, request: Request, *, chat: bool) -> Response:
         method = "openai/chat.completions" if chat else "openai/completions"
         started = self.core.begin(method, self._transport(request))
@@ -581,11 +568,10 @@ class OpenAIRoutes:
                 top_n = (body.top_logprobs or 0) if isinstance(body, ChatBody) else (body.logprobs or 0)
                 proto: Any = chat_request(body, "") if isinstance(body, ChatBody) else completion_request(body, "")
                 forced = forced_tool(body) if isinstance(body, ChatBody) else None
-                auto = self._auto_tool_calls(body) if isinstance(body, ChatBody) else None
                 if not body.stream:
                     if chat:
-                        reply = await _unless_disconnected(request, self.ops.chat(proto, record))
-                        result = chat_response(reply, body.model, top_n, forced, auto)
+                        reply, contents = await _unless_disconnected(request, self.ops.chat_contents(proto, record))
+                        result = chat_response(reply, body.model, top_n, forced, contents)
                     else:
                         reply = await _unless_disconnected(request, self.ops.generate(proto, record))
                         result = completion_response(reply, body.model, top_n)
@@ -598,13 +584,16 @@ class OpenAIRoutes:
                         include_usage=include_usage,
                         top_n=top_n,
                         forced=forced,
-                        auto=auto,
                     )
-                    messages = self.ops.chat_stream(proto, record) if chat else self.ops.generate_stream(proto, record)
-                    async for msg in messages:
-                        for chunk in mapper.chunks(msg):
-                            sent = True
-                            yield _sse(chunk)
+                    messages: Any = (
+                        self.ops.chat_stream_read(proto, record) if chat else self.ops.generate_stream(proto, record)
+                    )
+                    async with contextlib.aclosing(messages):
+                        async for item in messages:
+                            msg, reading = item if chat else (item, None)
+                            for chunk in mapper.chunks(msg, reading):
+                                sent = True
+                                yield _sse(chunk)
                     result = None
         except RpcError as err:
             if not sent:
