@@ -335,7 +335,6 @@ class Inference:
 
     # -- unary -------------------------------------------------------------------------
 
-    async def _unary(self, request, info: CallRecord, response_cls, *, chat: bool):
     @staticmethod
     def _auto_reading(engine: Engine, plan: ToolPlan) -> AutoReading | None:
         """The reading of ``tool_choice: "auto"`` replies by the model's tool-call parser
@@ -345,11 +344,12 @@ class Inference:
         tools = plan.tools
         return AutoReading(lambda: engine.auto_tool_calls(tools))
 
-        engine, gen, plan = self._prepare(request, info, chat=chat, stream=False)
+    async def _unary(self, request, info: CallRecord, response_cls, *, chat: bool):
         """The whole reply and, per index, its content as the tool-call parser read it (the
         text itself without ``tool_choice: "auto"`` or without calls)."""
-        final: GenerationUpdate | None = None
+        engine, gen, plan = self._prepare(request, info, chat=chat, stream=False)
         auto = self._auto_reading(engine, plan)
+        final: GenerationUpdate | None = None
         by_index = {}
         async for update in self.run(engine, gen, info):
             for chunk in update.completions:
@@ -358,8 +358,8 @@ class Inference:
         if final is None:
             raise RpcError(grpc.StatusCode.INTERNAL, "the engine returned no output", "ENGINE_NO_OUTPUT")
         response = response_cls(request_id=gen.request_id, usage=self._usage(final, info))
-        for i in sorted(by_index):
         contents: dict[int, str | None] = {}
+        for i in sorted(by_index):
             output = response.outputs.add()
             await fill_completion_output_bounded(output, by_index[i])
             if auto is not None:
@@ -408,10 +408,10 @@ class Inference:
         message to be sent, so several tokens leave as one message; the deltas still
         concatenate to the unary answer."""
         engine, gen, plan = self._prepare(request, info, chat=chat, stream=True)
-        texts: dict[int, list[str]] = {}
         auto = self._auto_reading(engine, plan)
         deltas = auto if read_deltas else None
         keep_text = plan.schema is not None or auto is not None
+        texts: dict[int, list[str]] = {}
         rid = gen.request_id
         finished: set[int] = set()
         first = True
