@@ -13,6 +13,7 @@ from __future__ import annotations
 import grpc
 
 from service.core.call_context import Principal
+from service.core.reasons import Reason
 from service.core.status import RpcError
 from service.settings.roles import DUTY_METHODS, OPENAI_INFERENCE_METHODS, Duty, PolicyError, RoleGrants
 
@@ -48,12 +49,12 @@ class AccessPolicy(RoleGrants):
             raise RpcError(
                 grpc.StatusCode.UNAUTHENTICATED,
                 f"{target} needs an authenticated caller with a role that grants it",
-                "UNAUTHENTICATED",
+                Reason.UNAUTHENTICATED,
             )
         raise RpcError(
             grpc.StatusCode.PERMISSION_DENIED,
             f"principal lacks a role for {target}",
-            "PERMISSION_DENIED",
+            Reason.PERMISSION_DENIED,
         )
 
     def authorize_model(self, principal: Principal, method: str, model: str) -> None:
@@ -63,7 +64,10 @@ class AccessPolicy(RoleGrants):
                 return
         anonymous = principal.auth_method == "anonymous"
         code = grpc.StatusCode.UNAUTHENTICATED if anonymous else grpc.StatusCode.PERMISSION_DENIED
-        raise RpcError(code, f"principal has no role that grants model {model[:128]!r}", code.name)
+        reason = Reason.UNAUTHENTICATED if anonymous else Reason.PERMISSION_DENIED
+        raise RpcError(
+            code, f"principal has no role that grants model {model[:128]!r}", reason, metadata={"model": model[:128]}
+        )
 
     def may_act_for_others(self, principal: Principal) -> bool:
         """Whether the principal may abort other principals' requests (``act_for_others``)."""

@@ -14,6 +14,7 @@ from contextlib import asynccontextmanager
 
 import grpc
 
+from service.core.reasons import Reason
 from service.core.status import RpcError
 
 
@@ -40,8 +41,9 @@ class Admission:
                 raise RpcError(
                     grpc.StatusCode.RESOURCE_EXHAUSTED,
                     f"server busy: {self.in_flight} calls running and {self.queued} queued; retry later",
-                    "ADMISSION_QUEUE_FULL",
+                    Reason.ADMISSION_QUEUE_FULL,
                     retry_after_s=self.retry_after_s,
+                    metadata={"in_flight": str(self.in_flight), "queued": str(self.queued)},
                 )
             self.queued += 1
             try:

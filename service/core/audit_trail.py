@@ -28,6 +28,7 @@ from audit import (
 )
 from service.core.call_context import CallInfo
 from service.core.logs import get_logger
+from service.core.reasons import Reason
 from service.core.status import RpcError
 from trust.sm2 import Sm2PublicKey
 
@@ -54,7 +55,7 @@ def audit_unavailable() -> RpcError:
     return RpcError(
         grpc.StatusCode.UNAVAILABLE,
         "the audit log cannot be written; calls are refused until it recovers (fail-closed)",
-        "AUDIT_UNAVAILABLE",
+        Reason.AUDIT_UNAVAILABLE,
         retry_after_s=5.0,
     )
 

@@ -38,23 +38,11 @@ import grpc
 
 from service.core import metrics
 from service.core.logs import REFUSAL_LOG_INTERVAL_S, get_logger
+from service.core.reasons import Reason
 from service.core.status import RpcError
 
 log = get_logger("xinserve.http")
 
-REQUEST_TOO_LARGE = "REQUEST_TOO_LARGE"
-"""``ErrorInfo`` reason of a body over ``limits.max_http_body_bytes`` (HTTP 413)."""
-REQUEST_TIMEOUT = "REQUEST_TIMEOUT"
-"""``ErrorInfo`` reason of a request body not received within ``limits.http_body_timeout_s``
-(DEADLINE_EXCEEDED, HTTP 408 as RFC 9110 section 15.5.9 defines it)."""
-REQUEST_BODY_TOO_SLOW = "REQUEST_BODY_TOO_SLOW"
-"""``ErrorInfo`` reason of a request body arriving slower than
-``limits.http_body_min_rate_bytes_per_s`` after ``limits.http_body_rate_grace_s`` (DEADLINE_EXCEEDED,
-HTTP 408)."""
-
-BODY_RECEPTION_FULL = "BODY_RECEPTION_FULL"
-BODY_RECEPTION_PEER_SHARE = "BODY_RECEPTION_PEER_SHARE"
-BODY_RECEPTION_PRINCIPAL_SHARE = "BODY_RECEPTION_PRINCIPAL_SHARE"
 MAX_TRACKED_PEERS = 65536
 """Most (address, reason) pairs whose audit aggregation is tracked at once; past it, refusals
 of addresses not tracked are aggregated together under ``*``."""
@@ -93,12 +81,13 @@ class BodyReception:
         self._last_log: dict[str, float] = {}
         self._unlogged: Counter[str] = Counter()
 
-    def _busy(self, reason: str, what: str) -> RpcError:
+    def _busy(self, reason: Reason, what: str, limit: int) -> RpcError:
         return RpcError(
             grpc.StatusCode.RESOURCE_EXHAUSTED,
             f"server busy: {what}; retry later",
             reason,
             retry_after_s=self.retry_after_s,
+            metadata={"limit": str(limit)},
         )
 
     @contextmanager
@@ -111,11 +100,21 @@ class BodyReception:
                 ``BODY_RECEPTION_PRINCIPAL_SHARE`` or ``BODY_RECEPTION_FULL``.
         """
         if self.by_peer[peer] >= self.max_per_peer:
-            raise self._busy(BODY_RECEPTION_PEER_SHARE, f"{self.max_per_peer} request bodies from this address")
+            raise self._busy(
+                Reason.BODY_RECEPTION_PEER_SHARE,
+                f"{self.max_per_peer} request bodies from this address",
+                self.max_per_peer,
+            )
         if principal is not None and self.by_principal[principal] >= self.max_per_principal:
-            raise self._busy(BODY_RECEPTION_PRINCIPAL_SHARE, f"{self.max_per_principal} request bodies of this caller")
+            raise self._busy(
+                Reason.BODY_RECEPTION_PRINCIPAL_SHARE,
+                f"{self.max_per_principal} request bodies of this caller",
+                self.max_per_principal,
+            )
         if self.receiving >= self.max_total:
-            raise self._busy(BODY_RECEPTION_FULL, f"{self.receiving} request bodies being received")
+            raise self._busy(
+                Reason.BODY_RECEPTION_FULL, f"{self.receiving} request bodies being received", self.max_total
+            )
         self.receiving += 1
         self.by_peer[peer] += 1
         if principal is not None:
@@ -196,12 +195,14 @@ async def receive_body(
                     grpc.StatusCode.DEADLINE_EXCEEDED,
                     f"the request body arrived slower than {min_rate} bytes per second "
                     f"(after the first {grace_s:g} seconds)",
-                    REQUEST_BODY_TOO_SLOW,
+                    Reason.REQUEST_BODY_TOO_SLOW,
+                    metadata={"min_rate_bytes_per_s": str(min_rate), "grace_s": f"{grace_s:g}"},
                 )
             raise RpcError(
                 grpc.StatusCode.DEADLINE_EXCEEDED,
                 f"the request body was not received within {timeout_s:g} seconds",
-                REQUEST_TIMEOUT,
+                Reason.REQUEST_TIMEOUT,
+                metadata={"timeout_s": f"{timeout_s:g}"},
             )
         try:
             chunk = step.result()
@@ -210,5 +211,8 @@ async def receive_body(
         body += chunk
         if len(body) > limit:
             raise RpcError(
-                grpc.StatusCode.RESOURCE_EXHAUSTED, f"the request body exceeds {limit} bytes", REQUEST_TOO_LARGE
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                f"the request body exceeds {limit} bytes",
+                Reason.REQUEST_TOO_LARGE,
+                metadata={"limit_bytes": str(limit)},
             )

@@ -3,7 +3,8 @@ engine errors to status codes.
 
 Every error a servicer reports goes through ``RpcError.abort``: a status code, a message
 that is safe to show (never exception text or a stack), and details: ``ErrorInfo``
-(reason + domain ``xinserve.io``), plus ``BadRequest`` field violations or ``RetryInfo``.
+(reason + domain ``xinserve.io``), plus ``BadRequest`` field violations or ``RetryInfo``. The
+reasons are the contract's ``xinserve.v1.ErrorReason`` values (``service.core.reasons.Reason``).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from engine_backends.errors import (
     InvalidRequestError,
     UnknownLoraError,
 )
+from service.core.reasons import Reason
 
 DOMAIN = "xinserve.io"
 
@@ -44,15 +46,16 @@ class RpcError(Exception):
     Attributes:
         code: the gRPC status code.
         message: a message safe for the client.
-        reason: ``ErrorInfo.reason``, UPPER_SNAKE_CASE (e.g. ``INVALID_SAMPLING_PARAMS``).
+        reason: ``ErrorInfo.reason``, a value of the contract's ``ErrorReason``.
         violations: ``BadRequest`` field violations (INVALID_ARGUMENT).
         retry_after_s: ``RetryInfo.retry_delay`` in seconds (RESOURCE_EXHAUSTED, UNAVAILABLE).
-        metadata: extra ``ErrorInfo.metadata``.
+        metadata: ``ErrorInfo.metadata``: the values the message names, under the keys that
+            ``proto/xinserve/v1/errors.proto`` lists for the reason.
     """
 
     code: grpc.StatusCode
     message: str
-    reason: str
+    reason: Reason
     violations: Sequence[FieldViolation] = ()
     retry_after_s: float | None = None
     metadata: dict[str, str] = field(default_factory=dict)
@@ -62,7 +65,7 @@ class RpcError(Exception):
 
     def to_status(self) -> grpc.Status:
         details: list[any_pb2.Any] = []
-        info = error_details_pb2.ErrorInfo(reason=self.reason, domain=DOMAIN, metadata=self.metadata)
+        info = error_details_pb2.ErrorInfo(reason=str(self.reason), domain=DOMAIN, metadata=self.metadata)
         packed = any_pb2.Any()
         packed.Pack(info)
         details.append(packed)
@@ -95,15 +98,20 @@ class RpcError(Exception):
         await context.abort(status.code, status.details, (*status.trailing_metadata, *trailing))
 
 
-def invalid_argument(violations: Sequence[FieldViolation], reason: str = "INVALID_ARGUMENT") -> RpcError:
-    """INVALID_ARGUMENT naming every violation in the message and in BadRequest."""
+def invalid_argument(violations: Sequence[FieldViolation], reason: Reason = Reason.INVALID_ARGUMENT) -> RpcError:
+    """INVALID_ARGUMENT naming every violation in the message and in BadRequest, with the first
+    violation's field path as ``ErrorInfo.metadata["field"]``."""
     summary = "; ".join(f"{v.field}: {v.description}" for v in violations[:5])
     if len(violations) > 5:
         summary += f"; and {len(violations) - 5} more"
-    return RpcError(grpc.StatusCode.INVALID_ARGUMENT, f"invalid request: {summary}", reason, violations)
+    metadata = {"field": violations[0].field[:128]} if violations else {}
+    return RpcError(
+        grpc.StatusCode.INVALID_ARGUMENT, f"invalid request: {summary}", reason, violations, metadata=metadata
+    )
 
 
-def not_found(what: str, name: str, reason: str) -> RpcError:
+def not_found(what: str, name: str, reason: Reason) -> RpcError:
+    """NOT_FOUND ``"{what} {name!r} not found"``, with ``name`` as ``ErrorInfo.metadata[what]``."""
     return RpcError(grpc.StatusCode.NOT_FOUND, f"{what} {name!r} not found", reason, metadata={what: name[:128]})
 
 
@@ -112,13 +120,13 @@ def from_engine_error(exc: EngineError) -> RpcError:
     if isinstance(exc, InvalidRequestError):
         return invalid_argument([FieldViolation(exc.field, exc.description)])
     if isinstance(exc, UnknownLoraError):
-        return RpcError(grpc.StatusCode.NOT_FOUND, str(exc), "LORA_NOT_FOUND")
+        return RpcError(grpc.StatusCode.NOT_FOUND, str(exc), Reason.LORA_NOT_FOUND)
     if isinstance(exc, EngineAbortedError):
-        return RpcError(grpc.StatusCode.CANCELLED, "the request was aborted (Abort)", "ABORTED")
+        return RpcError(grpc.StatusCode.CANCELLED, "the request was aborted (Abort)", Reason.ABORTED)
     if isinstance(exc, EngineDeadError):
-        return RpcError(grpc.StatusCode.UNAVAILABLE, str(exc), "ENGINE_DIED")
+        return RpcError(grpc.StatusCode.UNAVAILABLE, str(exc), Reason.ENGINE_DIED)
     if isinstance(exc, EngineUnavailableError):
-        return RpcError(grpc.StatusCode.UNAVAILABLE, str(exc), "ENGINE_UNAVAILABLE", retry_after_s=1.0)
+        return RpcError(grpc.StatusCode.UNAVAILABLE, str(exc), Reason.ENGINE_UNAVAILABLE, retry_after_s=1.0)
     if isinstance(exc, EngineFailureError):
-        return RpcError(grpc.StatusCode.INTERNAL, "the engine failed this request", "ENGINE_FAILURE")
-    return RpcError(grpc.StatusCode.INTERNAL, "internal error", "INTERNAL")
+        return RpcError(grpc.StatusCode.INTERNAL, "the engine failed this request", Reason.ENGINE_FAILURE)
+    return RpcError(grpc.StatusCode.INTERNAL, "internal error", Reason.INTERNAL)

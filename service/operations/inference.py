@@ -27,6 +27,7 @@ from service.access.policy import AccessPolicy
 from service.core import metrics
 from service.core.call_context import CallRecord
 from service.core.convert import extend_positions_bounded, fill_completion_output_bounded, fill_stream_message
+from service.core.reasons import Reason
 from service.core.status import RpcError
 from service.operations.tools import (
     AutoReading,
@@ -240,7 +241,7 @@ class Inference:
         info.prompt = _audited_prompt(prompt, prompt_ids, messages, plan.tools)
         if rid in self.active:
             raise RpcError(
-                grpc.StatusCode.ALREADY_EXISTS, f"request id {rid!r} is already running", "DUPLICATE_REQUEST_ID"
+                grpc.StatusCode.ALREADY_EXISTS, f"request id {rid!r} is already running", Reason.DUPLICATE_REQUEST_ID
             )
         add_generation_prompt = (
             request.add_generation_prompt if chat and request.HasField("add_generation_prompt") else True
@@ -356,7 +357,7 @@ class Inference:
                 by_index[chunk.index] = chunk
             final = update
         if final is None:
-            raise RpcError(grpc.StatusCode.INTERNAL, "the engine returned no output", "ENGINE_NO_OUTPUT")
+            raise RpcError(grpc.StatusCode.INTERNAL, "the engine returned no output", Reason.ENGINE_NO_OUTPUT)
         response = response_cls(request_id=gen.request_id, usage=self._usage(final, info))
         contents: dict[int, str | None] = {}
         for i in sorted(by_index):

@@ -37,6 +37,7 @@ from service.access.policy import AccessPolicy
 from service.core import metrics
 from service.core.call_context import CallRecord, Principal
 from service.core.logs import get_logger
+from service.core.reasons import Reason
 from service.core.status import FieldViolation, RpcError, from_engine_error, invalid_argument
 from service.core.tracing import trace_context
 from service.operations.validation import REQUEST_ID, REQUEST_ID_RULE
@@ -84,7 +85,7 @@ def _stopped_by_drain() -> RpcError:
     return RpcError(
         grpc.StatusCode.UNAVAILABLE,
         "the server stopped this call at the end of its drain; retry on another replica",
-        "DRAINING",
+        Reason.DRAINING,
         retry_after_s=1.0,
     )
 
@@ -173,7 +174,7 @@ class CallCore:
                     keys.append(f"principal:{exc.principal}")
                 host = peer_host(transport.peer)
                 self._lockouts.extend((lockout, host) for lockout in self.throttle.failed(*keys))
-            refusal = RpcError(grpc.StatusCode.UNAUTHENTICATED, str(exc), "UNAUTHENTICATED")
+            refusal = RpcError(grpc.StatusCode.UNAUTHENTICATED, str(exc), Reason.UNAUTHENTICATED)
         except RpcError as throttled:
             if authorizations and record.principal.auth_method == "anonymous":
                 record.principal = Principal("", "token", frozenset(), *cert_identity())
@@ -268,7 +269,7 @@ class CallCore:
                 raise RpcError(
                     grpc.StatusCode.UNAVAILABLE,
                     "server is draining; retry on another replica",
-                    "DRAINING",
+                    Reason.DRAINING,
                     retry_after_s=1.0,
                 )
             await stack.enter_async_context(runtime.admission.admit())
@@ -355,7 +356,7 @@ class CallCore:
             tb = tb.tb_next
         where = f"{tb.tb_frame.f_code.co_filename.rsplit('/', 1)[-1]}:{tb.tb_lineno}" if tb else "?"
         log.error("unexpected_error", method=record.method, error=type(exc).__name__, where=where)
-        return RpcError(grpc.StatusCode.INTERNAL, "internal error", "INTERNAL")
+        return RpcError(grpc.StatusCode.INTERNAL, "internal error", Reason.INTERNAL)
 
     async def _cancelled(self, record: CallRecord, code: grpc.StatusCode) -> None:
         """Record a call the client cancelled (or whose deadline passed); the client is gone."""

@@ -24,6 +24,7 @@ from service.core.admission import Admission
 from service.core.audit_trail import AuditTrail
 from service.core.body_reception import BodyReception
 from service.core.logs import get_logger
+from service.core.reasons import Reason
 from service.core.status import RpcError, not_found
 from service.runtime.model_entry import AdapterEntry, ModelEntry, ModelState, Verification
 from service.runtime.tee_hook import TeeHook
@@ -151,23 +152,29 @@ class Runtime:
         """
         entry = self.models.get(name)
         if entry is None:
-            raise not_found("model", name, "MODEL_NOT_FOUND")
+            raise not_found("model", name, Reason.MODEL_NOT_FOUND)
         if entry.state is ModelState.LOADING:
             raise RpcError(
-                grpc.StatusCode.UNAVAILABLE, f"model {name!r} is loading", "MODEL_LOADING", retry_after_s=5.0
+                grpc.StatusCode.UNAVAILABLE,
+                f"model {name!r} is loading",
+                Reason.MODEL_LOADING,
+                retry_after_s=5.0,
+                metadata={"model": name[:128]},
             )
         if entry.state is ModelState.FAILED or entry.engine is None:
             raise RpcError(
                 grpc.StatusCode.FAILED_PRECONDITION,
                 f"model {name!r} cannot be served: {entry.state_reason or 'not loaded'}",
-                "MODEL_NOT_SERVABLE",
+                Reason.MODEL_NOT_SERVABLE,
+                metadata={"model": name[:128]},
             )
         if kind is not None and entry.kind != kind:
             what = "an embedding" if entry.kind == "embed" else "a generative"
             raise RpcError(
                 grpc.StatusCode.FAILED_PRECONDITION,
                 f"model {name!r} is {what} model and cannot serve this call",
-                "WRONG_MODEL_KIND",
+                Reason.WRONG_MODEL_KIND,
+                metadata={"model": name[:128], "kind": entry.kind},
             )
         return entry.engine
 
@@ -186,16 +193,20 @@ class Runtime:
             raise RpcError(
                 grpc.StatusCode.NOT_FOUND,
                 f"LoRA adapter {lora_name!r} is not configured for model {model!r}",
-                "LORA_NOT_FOUND",
-                metadata={"lora_adapter": lora_name[:128]},
+                Reason.LORA_NOT_FOUND,
+                metadata={"lora_adapter": lora_name[:128], "model": model[:128]},
             )
         if not adapter.servable:
             raise RpcError(
                 grpc.StatusCode.FAILED_PRECONDITION,
                 f"LoRA adapter {lora_name!r} cannot be used: signature verification failed "
                 f"({adapter.verification_reason or 'not verified'})",
-                "LORA_NOT_SERVABLE",
-                metadata={"lora_adapter": lora_name[:128], "reason": adapter.verification_reason},
+                Reason.LORA_NOT_SERVABLE,
+                metadata={
+                    "lora_adapter": lora_name[:128],
+                    "model": model[:128],
+                    "reason": adapter.verification_reason[:128],
+                },
             )
         return adapter
 
@@ -211,7 +222,7 @@ class Runtime:
             raise RpcError(
                 grpc.StatusCode.ALREADY_EXISTS,
                 f"request id {request_id!r} is already running",
-                "DUPLICATE_REQUEST_ID",
+                Reason.DUPLICATE_REQUEST_ID,
             )
         self.active_requests[request_id] = (engine, principal)
         try:

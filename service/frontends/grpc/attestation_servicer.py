@@ -14,6 +14,7 @@ import grpc
 
 from audit import EventType
 from service.core.logs import get_logger
+from service.core.reasons import Reason
 from service.core.status import FieldViolation, RpcError, invalid_argument
 from service.runtime.state import ModelState, Runtime
 from trust.sm3 import sm3_hex
@@ -55,12 +56,12 @@ class AttestationServicer(attestation_pb2_grpc.AttestationServiceServicer):
             )
         hook = self._rt.tee
         if hook is None or hook.tee == TEE_NONE:
-            raise RpcError(grpc.StatusCode.FAILED_PRECONDITION, "the server runs without a TEE", "NO_TEE")
+            raise RpcError(grpc.StatusCode.FAILED_PRECONDITION, "the server runs without a TEE", Reason.NO_TEE)
         if self._spki is None or not _over_tls(context):
             raise RpcError(
                 grpc.StatusCode.FAILED_PRECONDITION,
                 "attestation is bound to the TLS channel: call it over a TLS listener",
-                "ATTESTATION_NEEDS_TLS",
+                Reason.ATTESTATION_NEEDS_TLS,
             )
         digests = self._served_digests()
         report_data = channel_report_data(nonce, self._spki, digests)
@@ -72,7 +73,7 @@ class AttestationServicer(attestation_pb2_grpc.AttestationServiceServicer):
                 EventType.ATTESTATION_COLLECTED, "UNAVAILABLE", purpose="client", reason=exc.reason.value
             )
             raise RpcError(
-                grpc.StatusCode.UNAVAILABLE, "the TEE evidence provider failed", "ATTESTATION_FAILED"
+                grpc.StatusCode.UNAVAILABLE, "the TEE evidence provider failed", Reason.ATTESTATION_FAILED
             ) from None
         await hook.audit_evidence(self._rt, evidence, "client", nonce_sm3=sm3_hex(nonce), models=len(digests))
         return attestation_pb2.GetAttestationResponse(

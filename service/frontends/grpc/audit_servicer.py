@@ -18,6 +18,7 @@ from audit.records import MAX_SAFE_INT
 from audit.verify import ChainReport, VerifyReport
 from service.core.audit_trail import AuditTrail
 from service.core.call_context import CallRecord
+from service.core.reasons import Reason
 from service.core.status import FieldViolation, RpcError, invalid_argument, not_found
 from service.operations.validation import Violations
 from service.runtime.state import Runtime
@@ -87,7 +88,7 @@ class AuditServicer(audit_pb2_grpc.AuditServiceServicer):
 
     def _trail(self) -> AuditTrail:
         if self._rt.audit is None:
-            raise RpcError(grpc.StatusCode.FAILED_PRECONDITION, "this server has no audit log", "AUDIT_DISABLED")
+            raise RpcError(grpc.StatusCode.FAILED_PRECONDITION, "this server has no audit log", Reason.AUDIT_DISABLED)
         return self._rt.audit
 
     def _log(self):
@@ -126,7 +127,7 @@ class AuditServicer(audit_pb2_grpc.AuditServiceServicer):
         trail = self._trail()
         cp = trail.log.latest_checkpoint
         if cp is None:
-            raise RpcError(grpc.StatusCode.NOT_FOUND, "no checkpoint has been written yet", "NO_CHECKPOINT")
+            raise RpcError(grpc.StatusCode.NOT_FOUND, "no checkpoint has been written yet", Reason.NO_CHECKPOINT)
         return audit_pb2.GetLatestCheckpointResponse(
             payload=cp.payload,
             signature=cp.signature,
@@ -155,9 +156,9 @@ class AuditServicer(audit_pb2_grpc.AuditServiceServicer):
                 chain=request.chain or None, start=start, end=end, now_ms=int(time.time() * 1000)
             )
         except AuditConfigError as exc:
-            raise RpcError(grpc.StatusCode.FAILED_PRECONDITION, str(exc), "AUDIT_NO_VERIFY_KEY") from None
+            raise RpcError(grpc.StatusCode.FAILED_PRECONDITION, str(exc), Reason.AUDIT_NO_VERIFY_KEY) from None
         except UnknownChainError as exc:
-            raise not_found("chain", request.chain, "AUDIT_CHAIN_NOT_FOUND") from exc
+            raise not_found("chain", request.chain, Reason.AUDIT_CHAIN_NOT_FOUND) from exc
         except AuditRangeError as exc:  # past the end of the chain: a usage error, not tampering
             raise invalid_argument([FieldViolation("from_seq", str(exc))]) from None
         detail["verified_ok"] = report.ok

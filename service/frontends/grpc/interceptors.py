@@ -19,6 +19,7 @@ from typing import Any
 import grpc
 
 from service.core.call_context import CallRecord
+from service.core.reasons import Reason
 from service.core.status import FieldViolation, RpcError, invalid_argument
 from service.core.tracing import trace_id_from
 from service.operations.validation import REQUEST_ID
@@ -169,7 +170,13 @@ class CallPipeline(grpc.aio.ServerInterceptor):
         async def refuse(request_iterator: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
             started = self._core.begin(shown, transport_of(context))
             err = await self._core.refuse(
-                started, RpcError(grpc.StatusCode.UNIMPLEMENTED, f"no such method: {shown}", "UNIMPLEMENTED")
+                started,
+                RpcError(
+                    grpc.StatusCode.UNIMPLEMENTED,
+                    f"no such method: {shown}",
+                    Reason.UNIMPLEMENTED,
+                    metadata={"method": shown[:128]},
+                ),
             )
             await self._abort(GrpcCallContext(context, started.record), err)
             yield  # unreachable: makes this an async generator, as a stream-stream handler is

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from service.core.reasons import Reason
 from service.core.status import not_found
 from service.operations.validation import Violations, check_model_name
 from service.runtime.state import AdapterEntry, ModelEntry, ModelState, Runtime, Verification
@@ -109,5 +110,5 @@ class ModelServicer(model_pb2_grpc.ModelServiceServicer):
         v.raise_if_any()
         entry = self._rt.models.get(request.name)
         if entry is None:
-            raise not_found("model", request.name, "MODEL_NOT_FOUND")
+            raise not_found("model", request.name, Reason.MODEL_NOT_FOUND)
         return model_pb2.GetModelResponse(model=model_message(entry, self._device, _privileged(context)))

@@ -6,6 +6,7 @@ import asyncio
 import importlib.metadata
 
 from audit.config import AuditSettings
+from service.core.reasons import Reason
 from service.core.status import not_found
 from service.frontends.grpc.attestation_servicer import tee_status
 from service.runtime.device_monitor import device_message, ensure_monitor
@@ -96,7 +97,7 @@ class ServerServicer(server_pb2_grpc.ServerServiceServicer):
         if request.model:
             engines = [(n, e) for n, e in engines if n == request.model]
             if not engines and request.model not in self._rt.models:
-                raise not_found("model", request.model, "MODEL_NOT_FOUND")
+                raise not_found("model", request.model, Reason.MODEL_NOT_FOUND)
         running = waiting = 0
         usage = 0.0
         for _, engine in engines:

@@ -43,6 +43,8 @@ from typing import Any
 
 from service.core import metrics
 from service.core.logs import REFUSAL_LOG_INTERVAL_S, get_logger
+from service.core.reasons import Reason
+from service.frontends.openai.errors import openai_code
 from service.operations.validation import REQUEST_ID
 
 log = get_logger("xinserve.http")
@@ -89,11 +91,13 @@ def response_request_id(given: list[str] | tuple[str, ...]) -> str:
     return first if first and REQUEST_ID.match(first) else uuid.uuid4().hex
 
 
-def plain_response(status: int, phrase: str, code: str, message: str, request_id: str, extra: str = "") -> bytes:
+def plain_response(status: int, phrase: str, reason: Reason, message: str, request_id: str, extra: str = "") -> bytes:
     """A complete HTTP/1.1 response with an OpenAI error object (``{"error": {"message",
-    "type", "param", "code"}}``, ``application/json``) and ``x-request-id: request_id``
-    (printable ASCII, ``response_request_id``), closing the connection."""
-    body = json.dumps({"error": {"message": message, "type": "invalid_request_error", "param": None, "code": code}})
+    "type", "param", "code"}}``, ``application/json``, ``code`` from ``reason`` as
+    ``errors.openai_code`` derives it) and ``x-request-id: request_id`` (printable ASCII,
+    ``response_request_id``), closing the connection."""
+    error = {"message": message, "type": "invalid_request_error", "param": None, "code": openai_code(reason)}
+    body = json.dumps({"error": error})
     data = body.encode("utf-8")
     head = (
         f"HTTP/1.1 {status} {phrase}\r\ncontent-type: application/json\r\ncontent-length: {len(data)}\r\n"
@@ -104,7 +108,9 @@ def plain_response(status: int, phrase: str, code: str, message: str, request_id
 
 def bad_request(request_id: str) -> bytes:
     """The response to bytes that are not an HTTP/1.1 request (400, ``invalid_http_request``)."""
-    return plain_response(400, "Bad Request", "invalid_http_request", "the request is not valid HTTP/1.1", request_id)
+    return plain_response(
+        400, "Bad Request", Reason.INVALID_HTTP_REQUEST, "the request is not valid HTTP/1.1", request_id
+    )
 
 
 @dataclass
@@ -164,18 +170,18 @@ class ConnectionGuard:
             return plain_response(
                 431,
                 "Request Header Fields Too Large",
-                "request_header_fields_too_large",
+                Reason.REQUEST_HEADER_FIELDS_TOO_LARGE,
                 "the request line and headers are too large",
                 request_id,
             )
         if reason == HEADER_TIMEOUT:
             return plain_response(
-                408, "Request Timeout", "request_timeout", "the request headers took too long", request_id
+                408, "Request Timeout", Reason.REQUEST_TIMEOUT, "the request headers took too long", request_id
             )
         return plain_response(
             503,
             "Service Unavailable",
-            "too_many_connections",
+            Reason.TOO_MANY_CONNECTIONS,
             "too many connections; retry later",
             request_id,
             "retry-after: 1\r\n",

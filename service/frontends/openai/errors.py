@@ -2,7 +2,8 @@
 
 Body: ``{"error": {"message", "type", "param", "code"}}`` (OpenAI API reference, "Error
 codes"). ``param`` names the OpenAI request field of the first field violation; ``code`` is
-the ``ErrorInfo`` reason in lower case (``model_not_found``, ``admission_queue_full``).
+the ``ErrorInfo`` reason in lower case (``model_not_found``, ``admission_queue_full``): a value of
+the contract's ``xinserve.v1.ErrorReason`` (``openai_code``).
 RESOURCE_EXHAUSTED and UNAVAILABLE carry ``Retry-After`` (seconds) from ``RetryInfo``.
 """
 
@@ -13,7 +14,7 @@ from typing import Any
 
 import grpc
 
-from service.core.body_reception import REQUEST_BODY_TOO_SLOW, REQUEST_TIMEOUT, REQUEST_TOO_LARGE
+from service.core.reasons import Reason
 from service.core.status import RpcError
 from service.frontends.openai.mapping import openai_param
 
@@ -33,23 +34,27 @@ _HTTP: dict[grpc.StatusCode, tuple[int, str]] = {
     grpc.StatusCode.UNAVAILABLE: (503, "service_unavailable_error"),
     grpc.StatusCode.DEADLINE_EXCEEDED: (504, "timeout_error"),
 }
-METHOD_NOT_ALLOWED = "METHOD_NOT_ALLOWED"
-"""``ErrorInfo`` reason of a known path called with another HTTP method (HTTP 405)."""
-UNSUPPORTED_MEDIA_TYPE = "UNSUPPORTED_MEDIA_TYPE"
-"""``ErrorInfo`` reason of a request body that is not declared ``application/json`` (HTTP 415)."""
+_HTTP_BY_REASON: dict[Reason, int] = {
+    Reason.REQUEST_TOO_LARGE: 413,
+    Reason.METHOD_NOT_ALLOWED: 405,
+    Reason.UNSUPPORTED_MEDIA_TYPE: 415,
+    Reason.REQUEST_TIMEOUT: 408,
+    Reason.REQUEST_BODY_TOO_SLOW: 408,
+}
+"""Reasons whose HTTP status is not their gRPC code's (all ``invalid_request_error``)."""
+
+
+def openai_code(reason: Reason) -> str:
+    """The OpenAI error object's ``code`` of an ``ErrorInfo`` reason: its name in lower case
+    (``Reason.MODEL_NOT_FOUND`` → ``"model_not_found"``)."""
+    return reason.lower()
 
 
 def http_error(err: RpcError, *, chat: bool = False) -> tuple[int, dict[str, Any], dict[str, str]]:
     """(HTTP status, OpenAI error body, extra headers) for ``err``."""
     status, kind = _HTTP.get(err.code, (500, "api_error"))
-    if err.reason == REQUEST_TOO_LARGE:
-        status, kind = 413, "invalid_request_error"
-    elif err.reason == METHOD_NOT_ALLOWED:
-        status, kind = 405, "invalid_request_error"
-    elif err.reason == UNSUPPORTED_MEDIA_TYPE:
-        status, kind = 415, "invalid_request_error"
-    elif err.reason in (REQUEST_TIMEOUT, REQUEST_BODY_TOO_SLOW):
-        status, kind = 408, "invalid_request_error"
+    if err.reason in _HTTP_BY_REASON:
+        status, kind = _HTTP_BY_REASON[err.reason], "invalid_request_error"
     param = openai_param(err.violations[0].field, chat) if err.violations else None
     message = err.message
     if err.violations:
@@ -59,5 +64,5 @@ def http_error(err: RpcError, *, chat: bool = False) -> tuple[int, dict[str, Any
     headers: dict[str, str] = {}
     if err.retry_after_s is not None and status in (429, 503):
         headers["retry-after"] = str(max(1, math.ceil(err.retry_after_s)))
-    body = {"error": {"message": message, "type": kind, "param": param, "code": err.reason.lower()}}
+    body = {"error": {"message": message, "type": kind, "param": param, "code": openai_code(err.reason)}}
     return status, body, headers

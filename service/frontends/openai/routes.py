@@ -43,11 +43,12 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from service.access.login_throttle import peer_host
-from service.core.body_reception import REQUEST_TOO_LARGE, receive_body
+from service.core.body_reception import receive_body
 from service.core.call_context import CallRecord
+from service.core.reasons import Reason
 from service.core.status import FieldViolation, RpcError, invalid_argument
 from service.frontends.openai.connections import response_request_id
-from service.frontends.openai.errors import METHOD_NOT_ALLOWED, UNSUPPORTED_MEDIA_TYPE, http_error
+from service.frontends.openai.errors import http_error
 from service.frontends.openai.mapping import (
     StreamChunks,
     add_usage,
@@ -127,7 +128,7 @@ def _json_content_type(request: Request) -> None:
     else:
         shown = repr(declared[0][:64])
     raise invalid_argument(
-        [FieldViolation("content-type", f"must be application/json, got {shown}")], UNSUPPORTED_MEDIA_TYPE
+        [FieldViolation("content-type", f"must be application/json, got {shown}")], Reason.UNSUPPORTED_MEDIA_TYPE
     )
 
 
@@ -143,7 +144,7 @@ def _identity_encoding(request: Request) -> None:
     if unsupported:
         raise invalid_argument(
             [FieldViolation("content-encoding", f"only identity is supported, got {unsupported[0][:32]!r}")],
-            UNSUPPORTED_MEDIA_TYPE,
+            Reason.UNSUPPORTED_MEDIA_TYPE,
         )
 
 
@@ -195,12 +196,19 @@ async def _read_body(request: Request, limit: int, timeout_s: float, min_rate: i
         return b""
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise RpcError(grpc.StatusCode.RESOURCE_EXHAUSTED, f"the request body exceeds {limit} bytes", REQUEST_TOO_LARGE)
+        raise RpcError(
+            grpc.StatusCode.RESOURCE_EXHAUSTED,
+            f"the request body exceeds {limit} bytes",
+            Reason.REQUEST_TOO_LARGE,
+            metadata={"limit_bytes": str(limit)},
+        )
     try:
         return await receive_body(request.stream(), limit, timeout_s, min_rate, grace_s)
     except ClientDisconnect:
         raise RpcError(
-            grpc.StatusCode.CANCELLED, "the client disconnected while sending the request body", "CLIENT_DISCONNECTED"
+            grpc.StatusCode.CANCELLED,
+            "the client disconnected while sending the request body",
+            Reason.CLIENT_DISCONNECTED,
         ) from None
 
 
@@ -261,7 +269,7 @@ async def _unless_disconnected(request: Request, work: Awaitable[_T]) -> _T:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
     if task.cancelled():
-        raise RpcError(grpc.StatusCode.CANCELLED, "the client disconnected", "CLIENT_DISCONNECTED")
+        raise RpcError(grpc.StatusCode.CANCELLED, "the client disconnected", Reason.CLIENT_DISCONNECTED)
     return task.result()
 
 
@@ -436,7 +444,13 @@ class OpenAIRoutes:
         started = self.core.begin("openai/unknown", self._transport(request))
         path = request.url.path[:256]
         err = await self.core.refuse(
-            started, RpcError(grpc.StatusCode.NOT_FOUND, f"no such endpoint: {request.method} {path}", "UNIMPLEMENTED")
+            started,
+            RpcError(
+                grpc.StatusCode.NOT_FOUND,
+                f"no such endpoint: {request.method} {path}",
+                Reason.UNIMPLEMENTED,
+                metadata={"method": request.method[:128], "path": path[:128]},
+            ),
         )
         return self._error(err, started.record)
 
@@ -449,7 +463,15 @@ class OpenAIRoutes:
         started = self.core.begin("openai/unknown", self._transport(request))
         path = request.url.path[:256]
         refusal = f"{request.method[:16]} is not allowed on {path}"
-        err = await self.core.refuse(started, RpcError(grpc.StatusCode.UNIMPLEMENTED, refusal, METHOD_NOT_ALLOWED))
+        err = await self.core.refuse(
+            started,
+            RpcError(
+                grpc.StatusCode.UNIMPLEMENTED,
+                refusal,
+                Reason.METHOD_NOT_ALLOWED,
+                metadata={"method": request.method[:128], "path": path[:128]},
+            ),
+        )
         response = self._error(err, started.record)
         allow = (exc.headers or {}).get("Allow") if isinstance(exc, HTTPException) else None
         if allow:
@@ -490,7 +512,12 @@ class OpenAIRoutes:
             self.core.policy.authorize_model(record.principal, record.method, name)
             entry = self.runtime.models.get(name)
             if entry is None or entry.state is not ModelState.READY:
-                raise RpcError(grpc.StatusCode.NOT_FOUND, f"model {name[:128]!r} not found", "MODEL_NOT_FOUND")
+                raise RpcError(
+                    grpc.StatusCode.NOT_FOUND,
+                    f"model {name[:128]!r} not found",
+                    Reason.MODEL_NOT_FOUND,
+                    metadata={"model": name[:128]},
+                )
             return self._model_object(name)
 
         return await self._call(request, "openai/models.retrieve", False, op)
