@@ -3,7 +3,8 @@
 Two clients with the same methods: :class:`XinserveClient` (blocking, over ``grpc``) and
 :class:`AsyncXinserveClient` (asyncio, over ``grpc.aio``). Results are the ``xinserve.v1``
 protobuf messages (generated stubs in the ``xinserve.v1`` package of this distribution);
-failures raise the typed exceptions of :mod:`xinserve_client.errors`.
+failures raise the typed exceptions of :mod:`xinserve_client.errors`, whose ``error_reason``
+is a value of :data:`ErrorReason` (the contract's ``xinserve.v1.ErrorReason``).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from ._sync import ResponseStream, XinserveClient
 from .errors import (
     CancelledError,
     DeadlineExceededError,
+    ErrorReason,
     FailedPreconditionError,
     IncompatibleServerError,
     InvalidArgumentError,
@@ -40,6 +42,7 @@ __all__ = [
     "AsyncXinserveClient",
     "CancelledError",
     "DeadlineExceededError",
+    "ErrorReason",
     "FailedPreconditionError",
     "IncompatibleServerError",
     "InvalidArgumentError",

@@ -20,6 +20,14 @@ FAILED_PRECONDITION    FailedPreconditionError
 anything else          XinserveError
 =====================  ===========================  =====================================
 
+:attr:`XinserveError.error_reason` reads the ``ErrorInfo`` reason as a value of the contract's
+``xinserve.v1.ErrorReason`` enum (``proto/xinserve/v1/errors.proto``, re-exported here as
+:data:`ErrorReason`; on the wire the reason is the value's name without ``ERROR_REASON_``)::
+
+    except NotFoundError as err:
+        if err.error_reason == ErrorReason.ERROR_REASON_MODEL_NOT_FOUND:
+            ...
+
 :class:`CancelledError` is the *server's* CANCELLED status. It is unrelated to
 ``asyncio.CancelledError``, which the asyncio client lets propagate untouched when the
 awaiting task itself is cancelled.
@@ -34,9 +42,13 @@ import grpc
 from google.protobuf import any_pb2
 from google.rpc import error_details_pb2, status_pb2
 
+from xinserve.v1.errors_pb2 import ErrorReason
+
 __all__ = [
+    "DOMAIN",
     "CancelledError",
     "DeadlineExceededError",
+    "ErrorReason",
     "FailedPreconditionError",
     "IncompatibleServerError",
     "InvalidArgumentError",
@@ -50,6 +62,11 @@ __all__ = [
 ]
 
 _DETAILS_KEY = "grpc-status-details-bin"
+
+DOMAIN = "xinserve.io"
+"""``ErrorInfo.domain`` of the reasons an xinserve server sends."""
+
+_REASON_PREFIX = "ERROR_REASON_"
 
 _DETAIL_TYPES: tuple[Any, ...] = (
     error_details_pb2.BadRequest,
@@ -74,8 +91,11 @@ class XinserveError(Exception):
         request_id: the request id of the failed call: the one the server reported in
             ``google.rpc.RequestInfo`` / ``ErrorInfo.metadata["request_id"]`` / the
             ``x-request-id`` trailer, else the one the client sent; None if unknown.
-        reason: ``google.rpc.ErrorInfo.reason`` when present (a stable UPPER_SNAKE id).
-        error_metadata: ``google.rpc.ErrorInfo.metadata`` (empty dict when absent).
+        reason: ``google.rpc.ErrorInfo.reason`` when present (a stable UPPER_SNAKE id, e.g.
+            ``"MODEL_NOT_FOUND"``); :attr:`error_reason` is the same as an ``ErrorReason``.
+        domain: ``google.rpc.ErrorInfo.domain`` when present (``"xinserve.io"``).
+        error_metadata: ``google.rpc.ErrorInfo.metadata`` (empty dict when absent); the keys
+            each reason carries are listed in ``proto/xinserve/v1/errors.proto``.
         details: every decoded ``google.rpc`` detail message, in the server's order.
     """
 
@@ -96,11 +116,25 @@ class XinserveError(Exception):
         self.request_id = request_id
         self.details: list[Any] = list(details)
         self.reason: str | None = None
+        self.domain: str | None = None
         self.error_metadata: dict[str, str] = {}
         for detail in self.details:
             if isinstance(detail, error_details_pb2.ErrorInfo):
                 self.reason = detail.reason or None
+                self.domain = detail.domain or None
                 self.error_metadata = dict(detail.metadata)
+
+    @property
+    def error_reason(self) -> int | None:
+        """The reason as an ``ErrorReason`` value (e.g. ``ErrorReason.ERROR_REASON_MODEL_NOT_FOUND``),
+        or None: no ``ErrorInfo``, another domain than ``xinserve.io``, or a reason this client's
+        contract does not list (a newer server; :attr:`reason` still holds its name)."""
+        if self.reason is None or self.domain != DOMAIN:
+            return None
+        try:
+            return int(ErrorReason.Value(_REASON_PREFIX + self.reason))
+        except ValueError:
+            return None
 
     @property
     def code_name(self) -> str:
