@@ -28,7 +28,7 @@ from service.core import metrics
 from service.core.call_context import CallRecord
 from service.core.convert import extend_positions_bounded, fill_completion_output_bounded, fill_stream_message
 from service.core.reasons import Reason
-from service.core.status import RpcError
+from service.core.status import FieldViolation, RpcError
 from service.operations.tools import (
     AutoReading,
     ToolDelta,
@@ -231,6 +231,15 @@ class Inference:
                 forced.json_schema = plan.schema
                 sp = forced
         options = sampling_options(sp, engine.info, self._limits, v)
+        if plan.schema is not None:
+            # The forced schema's own bounds: a refusal of it is one of the tools' together.
+            forced_field = "sampling_params.json_schema"
+            v.items = [
+                FieldViolation("tools", f"the schema forced from them (tool_choice {plan.mode}) {item.description}")
+                if item.field == forced_field
+                else item
+                for item in v.items
+            ]
         if chat and sp.HasField("prompt_logprobs"):
             v.add("sampling_params.prompt_logprobs", "is not supported by Chat (the prompt is the rendered template)")
         v.raise_if_any()

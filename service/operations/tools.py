@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from engine_backends.tool_calls import forced_tool_schema
-from service.operations.validation import Violations, check_text_size
+from service.operations.validation import Violations, check_constraint, check_text_size
 from xinserve.v1 import common_pb2, inference_pb2
 
 MAX_TOOLS = 128
@@ -111,6 +111,10 @@ def check_tools(request: inference_pb2.ChatRequest, v: Violations, limits: Any) 
     if name is not None and name not in names:
         v.add("tool_choice", f"names the function {name[:64]!r}, which is not one of tools")
         return ToolPlan(tools, mode, name)
+    # The forced output is compiled from these schemas: each is a structured-output constraint.
+    for i, tool in enumerate(request.tools):
+        if tool.parameters_json and (name is None or tool.name == name):
+            check_constraint(v, f"tools[{i}].parameters_json", tool.parameters_json, "json_schema", limits)
     if v.items:
         return ToolPlan(tools, mode, name)
     parallel = request.parallel_tool_calls if request.HasField("parallel_tool_calls") else None

@@ -178,14 +178,8 @@ def sampling_options(
         text = getattr(sp, kind)
         if not text:
             v.add(p + kind, "must not be empty")
-        elif _check_constraint_size(v, p + kind, len(text.encode("utf-8")), limits):
-            depth = nesting_depth(text, kind)
-            if depth > limits.max_structured_output_depth:
-                v.add(
-                    p + kind,
-                    f"nests {depth} levels deep; at most {limits.max_structured_output_depth} are accepted "
-                    "(limits.max_structured_output_depth)",
-                )
+        else:
+            check_constraint(v, p + kind, text, kind, limits)
         structured = StructuredOutput(kind, text)  # type: ignore[arg-type]
     if sp.lora_name and len(sp.lora_name) > 128:
         v.add(p + "lora_name", "is longer than 128 characters")
@@ -240,6 +234,20 @@ def nesting_depth(text: str, kind: str) -> int:
         elif ch in closes and depth:
             depth -= 1
     return deepest
+
+
+def check_constraint(v: Violations, field: str, text: str, kind: str, limits: LimitsSettings) -> None:
+    """Refuse a structured-output constraint (``kind``: ``json_schema``, ``regex`` or
+    ``grammar``) of more than ``limits.max_structured_output_bytes`` UTF-8 bytes or nested
+    deeper than ``limits.max_structured_output_depth`` (``nesting_depth``), naming ``field``."""
+    if _check_constraint_size(v, field, len(text.encode("utf-8")), limits):
+        depth = nesting_depth(text, kind)
+        if depth > limits.max_structured_output_depth:
+            v.add(
+                field,
+                f"nests {depth} levels deep; at most {limits.max_structured_output_depth} are accepted "
+                "(limits.max_structured_output_depth)",
+            )
 
 
 def _check_constraint_size(v: Violations, field: str, size: int, limits: LimitsSettings) -> bool:

@@ -1,0 +1,110 @@
+"""Tool-calling requests refused with the field that is wrong, on both front ends: the
+official ``openai`` SDK over HTTP and gRPC Chat on the same call core (fake engines)."""
+
+from __future__ import annotations
+
+import json
+
+import grpc
+import openai
+import pytest
+import pytest_asyncio
+
+from tests.server.fake_engine import FakeEngine
+from tests.server.fake_http import both_over_fake_engines
+from tests.server.stubs import field_violations, stubs
+from xinserve.v1 import common_pb2, inference_pb2
+
+pytestmark = pytest.mark.asyncio(loop_scope="session")
+
+MAX_SCHEMA_BYTES = 2048
+SMALL = {"type": "object", "properties": {"city": {"type": "string"}}}
+# Fits max_structured_output_bytes alone, not twice in one forced schema.
+HALF = {"type": "object", "properties": {f"p{i}": {"type": "string"} for i in range(48)}}
+# Over max_structured_output_bytes on its own.
+BIG = {"type": "object", "properties": {f"p{i}": {"type": "string"} for i in range(120)}}
+# Nested deeper than max_structured_output_depth.
+DEEP: dict = {"type": "object"}
+for _ in range(6):
+    DEEP = {"type": "object", "properties": {"x": DEEP}}
+
+
+def tool(name: str, parameters: dict) -> dict:
+    return {"type": "function", "function": {"name": name, "parameters": parameters}}
+
+
+@pytest_asyncio.fixture(scope="module", loop_scope="session")
+async def stack(tmp_path_factory):
+    limits = {"max_structured_output_bytes": MAX_SCHEMA_BYTES, "max_structured_output_depth": 8}
+    async with both_over_fake_engines(
+        tmp_path_factory.mktemp("tool-refusals"), [FakeEngine("m")], {"limits": limits}
+    ) as (port, grpc_port, _):
+        client = openai.AsyncOpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="x", max_retries=0)
+        channel = stubs(grpc.aio.insecure_channel(f"127.0.0.1:{grpc_port}"))
+        yield client, channel.inference
+        await channel.close()
+
+
+async def refused(client, **body) -> dict:
+    """The OpenAI error object of a chat request that must be refused with 400."""
+    body.setdefault("messages", [{"role": "user", "content": "hi"}])
+    with pytest.raises(openai.BadRequestError) as caught:
+        await client.chat.completions.create(model="m", **body)
+    return caught.value.body
+
+
+def grpc_request(tools: list[dict], **choice) -> inference_pb2.ChatRequest:
+    request = inference_pb2.ChatRequest(model="m", messages=[common_pb2.ChatMessage(role="user", content="hi")])
+    for t in tools:
+        f = t["function"]
+        request.tools.add(name=f["name"], parameters_json=json.dumps(f["parameters"]))
+    if choice:
+        request.tool_choice.MergeFrom(inference_pb2.ToolChoice(**choice))
+    return request
+
+
+async def grpc_violations(inference, request) -> dict[str, str]:
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        await inference.Chat(request)
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    return field_violations(caught.value)
+
+
+# -- a forced tool's parameters past the structured-output bounds -------------------------
+
+
+@pytest.mark.parametrize(
+    ("parameters", "limit"), [(BIG, "max_structured_output_bytes"), (DEEP, "max_structured_output_depth")]
+)
+@pytest.mark.parametrize("choice", ["required", {"type": "function", "function": {"name": "big"}}])
+async def test_a_forced_tools_parameters_over_the_bounds_name_that_tool(stack, parameters, limit, choice):
+    client, inference = stack
+    tools = [tool("small", SMALL), tool("big", parameters)]
+    error = await refused(client, tools=tools, tool_choice=choice)
+    assert error["param"] == "tools[1].function.parameters"
+    assert limit in error["message"] and "response_format" not in error["message"]
+    named = {"function_name": "big"} if isinstance(choice, dict) else {"mode": inference_pb2.TOOL_CHOICE_MODE_REQUIRED}
+    violations = await grpc_violations(inference, grpc_request(tools, **named))
+    assert list(violations) == ["tools[1].parameters_json"] and limit in violations["tools[1].parameters_json"]
+
+
+async def test_tools_that_fit_alone_but_not_forced_together_name_tools(stack):
+    client, inference = stack
+    tools = [tool("a", HALF), tool("b", HALF)]
+    error = await refused(client, tools=tools, tool_choice="required")
+    assert error["param"] == "tools"
+    assert "max_structured_output_bytes" in error["message"]
+    violations = await grpc_violations(inference, grpc_request(tools, mode=inference_pb2.TOOL_CHOICE_MODE_REQUIRED))
+    assert list(violations) == ["tools"]
+
+
+async def test_a_large_tool_not_forced_is_not_a_structured_output(stack):
+    client, _ = stack
+    tools = [tool("small", SMALL), tool("big", BIG)]
+    reply = await client.chat.completions.create(
+        model="m",
+        messages=[{"role": "user", "content": "hi"}],
+        tools=tools,
+        tool_choice={"type": "function", "function": {"name": "small"}},
+    )
+    assert reply.choices[0].message.content == "x"  # the fake engine's one token: not the forced JSON
