@@ -80,7 +80,11 @@ def _foreign(reason: str, domain: str) -> grpc.Status:
 
 @pytest.mark.parametrize(
     ("reason", "domain"),
-    [("MODEL_NOT_FOUND", "googleapis.com"), ("A_REASON_FROM_A_NEWER_SERVER", "xinserve.io")],
+    [
+        ("MODEL_NOT_FOUND", "googleapis.com"),
+        ("A_REASON_FROM_A_NEWER_SERVER", "xinserve.io"),
+        ("UNSPECIFIED", "xinserve.io"),
+    ],
 )
 def test_no_enum_value_for_another_domain_or_an_unknown_reason(refusing, reason: str, domain: str) -> None:
     err = _raised(refusing, _foreign(reason, domain))

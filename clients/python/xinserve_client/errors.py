@@ -132,9 +132,10 @@ class XinserveError(Exception):
         if self.reason is None or self.domain != DOMAIN:
             return None
         try:
-            return int(ErrorReason.Value(_REASON_PREFIX + self.reason))
+            value = int(ErrorReason.Value(_REASON_PREFIX + self.reason))
         except ValueError:
             return None
+        return value or None
 
     @property
     def code_name(self) -> str:
