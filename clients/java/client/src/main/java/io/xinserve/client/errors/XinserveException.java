@@ -1,6 +1,8 @@
 package io.xinserve.client.errors;
 
+import com.google.protobuf.Descriptors.EnumValueDescriptor;
 import io.grpc.Status;
+import io.xinserve.v1.ErrorReason;
 import java.time.Duration;
 import java.util.Map;
 import java.util.Optional;
@@ -10,13 +12,19 @@ import java.util.Optional;
  *
  * <p>Each instance carries the gRPC {@link Status.Code}, the server's (sanitised) description and
  * whatever {@code google.rpc} details the server attached: an {@code ErrorInfo} reason and domain,
- * and a {@code RetryInfo} delay. Subclasses exist for the codes a caller usually handles
+ * and a {@code RetryInfo} delay. {@link #errorReason()} reads the reason as the contract's {@link
+ * ErrorReason} ({@code proto/xinserve/v1/errors.proto}). Subclasses exist for the codes a caller usually handles
  * differently; any other code is thrown as a plain {@code XinserveException}.
  *
  * <p>Unchecked, so it can cross lambdas and reactive operators.
  */
 public class XinserveException extends RuntimeException {
   private static final long serialVersionUID = 1L;
+
+  /** {@code ErrorInfo.domain} of the reasons an xinserve server sends. */
+  public static final String DOMAIN = "xinserve.io";
+
+  private static final String REASON_PREFIX = "ERROR_REASON_";
 
   private final transient Status.Code code;
   private final String reason;
@@ -59,6 +67,26 @@ public class XinserveException extends RuntimeException {
   /** @return {@code ErrorInfo.reason} sent by the server (e.g. {@code "MODEL_NOT_FOUND"}), if any */
   public Optional<String> reason() {
     return Optional.ofNullable(reason);
+  }
+
+  /**
+   * The reason as a value of the contract's {@link ErrorReason}: on the wire the reason is the
+   * value's name without {@code ERROR_REASON_} ({@code "MODEL_NOT_FOUND"} is {@link
+   * ErrorReason#ERROR_REASON_MODEL_NOT_FOUND}).
+   *
+   * @return the reason's enum value; empty if the server sent no {@code ErrorInfo}, one of
+   *     another domain than {@value #DOMAIN}, or a reason this client's contract does not list (a
+   *     newer server: {@link #reason()} still holds its name)
+   */
+  public Optional<ErrorReason> errorReason() {
+    if (reason == null || !DOMAIN.equals(domain)) {
+      return Optional.empty();
+    }
+    EnumValueDescriptor value = ErrorReason.getDescriptor().findValueByName(REASON_PREFIX + reason);
+    if (value == null || value.getNumber() == ErrorReason.ERROR_REASON_UNSPECIFIED_VALUE) {
+      return Optional.empty();
+    }
+    return Optional.of(ErrorReason.valueOf(value));
   }
 
   /** @return {@code ErrorInfo.domain} sent by the server, if any */
