@@ -11,6 +11,8 @@ from __future__ import annotations
 import argparse
 import importlib
 
+from service.lifecycle.exit_codes import ExitCode
+
 _CONTRIBUTORS = ("service.cli.commands", "service.cli.device_commands", "xinserve_client.cli", "trust.cli", "audit.cli")
 
 
@@ -37,4 +39,4 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.func(args))
     except KeyboardInterrupt:
-        return 130
+        return ExitCode.INTERRUPTED

@@ -1,4 +1,5 @@
-"""``xinserve serve`` and ``xinserve token``: the server-side subcommands."""
+"""``xinserve serve`` (with ``--print-engine-args``) and ``xinserve token``: the server-side
+subcommands."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from service.access.auth import TokenFileError, hash_token, new_token
 from service.core import logs
 from service.core.listen_probe import ListenError, probe_listeners
 from service.core.tls_material import TlsMaterialError, load_tls_material
+from service.lifecycle.exit_codes import ExitCode
 from service.settings.auth import default_roles
 from service.settings.config import ConfigError, load_settings
 from trust.errors import TrustStoreError
@@ -105,6 +107,12 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-metrics", action="store_true", help="no Prometheus listener")
     p.add_argument("--log-format", choices=("auto", "json", "console"))
     p.add_argument("--log-level", choices=("debug", "info", "warning", "error"))
+    p.add_argument(
+        "--print-engine-args",
+        action="store_true",
+        help="print the vLLM engine arguments each model would start with, with their source and reason, "
+        "then exit (nothing is started)",
+    )
     p.set_defaults(func=_serve)
 
     t = sub.add_parser("token", help="bearer token helpers")
@@ -188,8 +196,6 @@ def overrides_from_args(args: argparse.Namespace) -> dict[str, Any]:
     return o
 
 
-EXIT_CONFIG = 2
-EXIT_ENVIRONMENT = 3
 _ENGINE_PACKAGES = frozenset({"vllm", "torch"})
 _MISSING_ENGINE = (
     "the inference engine is not installed in this environment (no module {name!r}). Install the "
@@ -199,53 +205,56 @@ _MISSING_ENGINE = (
 
 
 def _serve(args: argparse.Namespace) -> int:
+    if args.print_engine_args:
+        return _print_engine_args(args)
     try:
         settings = load_settings(args.config, overrides_from_args(args))
     except ConfigError as exc:
         print(f"xinserve serve: {exc}", file=sys.stderr)
-        return EXIT_CONFIG
+        return ExitCode.CONFIG
     try:
         if settings.listen.tls or settings.listen.https:
             load_tls_material(settings.tls)
     except TlsMaterialError as exc:
         print(f"xinserve serve: {exc}", file=sys.stderr)
-        return EXIT_ENVIRONMENT
+        return ExitCode.ENVIRONMENT
     # A busy port refuses the start before the engine import, not minutes later. The listeners
     # check again when they bind (the probe is racy by nature: service.core.listen_probe).
     try:
         probe_listeners(settings)
     except ListenError as exc:
         print(f"xinserve serve: {exc}", file=sys.stderr)
-        return EXIT_ENVIRONMENT
+        return ExitCode.ENVIRONMENT
     logs.quiet_engine_logs()
     # Imports the engine (seconds, more on a busy host): only once the configuration is valid.
     try:
-        from service.lifecycle.server import StartupRefused, data_dir_ok, serve
+        from service.lifecycle.server import serve
+        from service.lifecycle.startup_checks import StartupRefused, data_dir_ok
     except ModuleNotFoundError as exc:
         if (exc.name or "").split(".")[0] not in _ENGINE_PACKAGES:
             raise
         print(f"xinserve serve: {_MISSING_ENGINE.format(name=exc.name)}", file=sys.stderr)
-        return EXIT_ENVIRONMENT
+        return ExitCode.ENVIRONMENT
 
     logs.configure(settings.log_format, settings.log_level)
     if not data_dir_ok(settings.data_dir):
         print(f"xinserve serve: data_dir: cannot create or write to {settings.data_dir}", file=sys.stderr)
-        return EXIT_ENVIRONMENT
+        return ExitCode.ENVIRONMENT
     try:
         return asyncio.run(serve(settings))
     except (PlatformError, TokenFileError, TrustStoreError, ModelSourceError, TlsMaterialError) as exc:
         print(f"xinserve serve: {exc}", file=sys.stderr)
-        return EXIT_ENVIRONMENT
+        return ExitCode.ENVIRONMENT
     except StartupRefused as exc:
         print(f"xinserve serve: refusing to start: {exc}", file=sys.stderr)
         return exc.exit_code
     except ListenError as exc:
         print(f"xinserve serve: {exc}", file=sys.stderr)
-        return EXIT_ENVIRONMENT
+        return ExitCode.ENVIRONMENT
     except RuntimeError as exc:
         if "Failed to bind" in str(exc) or "bind" in str(exc).lower():
             print(f"xinserve serve: cannot listen: {exc}", file=sys.stderr)
-            return EXIT_ENVIRONMENT
+            return ExitCode.ENVIRONMENT
         raise
 
 
@@ -258,7 +267,7 @@ def _token_new(args: argparse.Namespace) -> int:
             "xinserve token new: --principal must be non-empty, without spaces, '#' or control characters",
             file=sys.stderr,
         )
-        return EXIT_CONFIG
+        return ExitCode.CONFIG
     roles = args.roles.split(",")
     known = set(default_roles())
     bad = [r for r in roles if not r or any(c.isspace() or c in "#," or not c.isprintable() for c in r)]
@@ -270,8 +279,48 @@ def _token_new(args: argparse.Namespace) -> int:
             " (--allow-custom-roles for roles of your own auth.roles)",
             file=sys.stderr,
         )
-        return EXIT_CONFIG
+        return ExitCode.CONFIG
     token = new_token()
     print(f"token (give to the client, shown once): {token}")
     print(f"token-file line: {args.principal} {hash_token(token)} {','.join(roles)}")
-    return 0
+    return ExitCode.OK
+
+
+def _print_engine_args(args: argparse.Namespace) -> int:
+    """``serve --print-engine-args``: each model's planned vLLM engine arguments with their
+    source and reason; nothing is started. Exit 0, 2 invalid configuration, 3 the device's
+    vLLM plugin is missing."""
+    from engine_backends.builtin_models import builtin_serving_options
+    from engine_backends.engine_args_plan import PlannedArg, plan_engine_args
+    from engine_backends.errors import PlatformError
+    from engine_backends.platforms import PROFILES, resolve_device
+    from service.settings.config import ConfigError, load_settings
+
+    try:
+        settings = load_settings(args.config, overrides_from_args(args))
+    except ConfigError as exc:
+        print(f"xinserve serve: {exc}", file=sys.stderr)
+        return ExitCode.CONFIG
+    device = settings.engine.device
+    try:
+        profile = resolve_device(device) if device == "auto" else PROFILES[device]
+        configured = settings.engine.engine_args()
+        plans: list[tuple[str, list[PlannedArg]]] = []
+        # The same layers service.lifecycle.server.model_entries starts each model with.
+        for m in settings.models:
+            plan = plan_engine_args(profile, configured, None, m.path, m.engine.engine_args())
+            plans.append((f"model {m.name}", plan))
+        if not settings.models:
+            for name in settings.builtin_models:
+                _, options = builtin_serving_options(name)
+                # Built-in models are small (under 1 B parameters): the large-model rule never applies.
+                plans.append((f"built-in model {name}", plan_engine_args(profile, configured, options)))
+        print(f"device: {profile.name}")
+        for title, plan in plans:
+            print(f"{title}:")
+            for arg in plan:
+                print(f"  {arg.name} = {arg.value!r}    [{arg.source}] {arg.why}")
+    except PlatformError as exc:
+        print(f"xinserve serve: {exc}", file=sys.stderr)
+        return ExitCode.ENVIRONMENT
+    return ExitCode.OK

@@ -1,20 +1,16 @@
-"""``xinserve devices`` (the local device inventory) and ``xinserve serve --print-engine-args``."""
+"""``xinserve devices``: the local device inventory."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import sys
-from collections.abc import Callable
 from dataclasses import asdict
 
 from engine_backends.devices import KINDS, Device, Health, read_inventory
 from engine_backends.devices.inventory import TOOLS
 from engine_backends.devices.tool_runner import find_tool
-
-EXIT_OK = 0
-EXIT_DEGRADED = 1
-EXIT_USAGE = 2
+from service.lifecycle.exit_codes import ExitCode
 
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
@@ -32,15 +28,6 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--json", action="store_true", help="one JSON object per device")
     p.add_argument("--timeout", type=float, default=10.0, help="seconds to wait for each tool (default 10)")
     p.set_defaults(func=_devices)
-    serve = sub.choices.get("serve")
-    if serve is not None:
-        serve.add_argument(
-            "--print-engine-args",
-            action="store_true",
-            help="print the vLLM engine arguments each model would start with, with their source and reason, "
-            "then exit (nothing is started)",
-        )
-        serve.set_defaults(func=_serve_or_print(serve.get_default("func")))
 
 
 def _kinds_present() -> list[str]:
@@ -56,7 +43,7 @@ def _kinds_present() -> list[str]:
 def _devices(args: argparse.Namespace) -> int:
     if not 0 < args.timeout <= 600:  # also refuses NaN, which compares false
         print("xinserve devices: --timeout must be in (0, 600] seconds", file=sys.stderr)
-        return EXIT_USAGE
+        return ExitCode.CONFIG
     devices: list[Device] = []
     for kind in args.device or _kinds_present():
         devices.extend(read_inventory(kind, timeout=args.timeout))
@@ -67,7 +54,7 @@ def _devices(args: argparse.Namespace) -> int:
             print(json.dumps(row, ensure_ascii=False))
         else:
             print(_line(d))
-    return EXIT_OK if all(d.health is Health.OK for d in devices) else EXIT_DEGRADED
+    return ExitCode.OK if all(d.health is Health.OK for d in devices) else ExitCode.DEGRADED
 
 
 def _line(d: Device) -> str:
@@ -89,50 +76,3 @@ def _line(d: Device) -> str:
     if d.driver_version:
         parts.append(f"driver {d.driver_version}")
     return "  ".join(parts)
-
-
-def _serve_or_print(serve: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
-    def run(args: argparse.Namespace) -> int:
-        if not getattr(args, "print_engine_args", False):
-            return serve(args)
-        return _print_engine_args(args)
-
-    return run
-
-
-def _print_engine_args(args: argparse.Namespace) -> int:
-    from engine_backends.builtin_models import builtin_serving_options
-    from engine_backends.engine_args_plan import PlannedArg, plan_engine_args
-    from engine_backends.errors import PlatformError
-    from engine_backends.platforms import PROFILES, resolve_device
-    from service.cli.commands import overrides_from_args
-    from service.settings.config import ConfigError, load_settings
-
-    try:
-        settings = load_settings(args.config, overrides_from_args(args))
-    except ConfigError as exc:
-        print(f"xinserve serve: {exc}", file=sys.stderr)
-        return 2
-    device = settings.engine.device
-    try:
-        profile = resolve_device(device) if device == "auto" else PROFILES[device]
-        configured = settings.engine.engine_args()
-        plans: list[tuple[str, list[PlannedArg]]] = []
-        # The same layers service.lifecycle.server.model_entries starts each model with.
-        for m in settings.models:
-            plan = plan_engine_args(profile, configured, None, m.path, m.engine.engine_args())
-            plans.append((f"model {m.name}", plan))
-        if not settings.models:
-            for name in settings.builtin_models:
-                _, options = builtin_serving_options(name)
-                # Built-in models are small (under 1 B parameters): the large-model rule never applies.
-                plans.append((f"built-in model {name}", plan_engine_args(profile, configured, options)))
-        print(f"device: {profile.name}")
-        for title, plan in plans:
-            print(f"{title}:")
-            for arg in plan:
-                print(f"  {arg.name} = {arg.value!r}    [{arg.source}] {arg.why}")
-    except PlatformError as exc:
-        print(f"xinserve serve: {exc}", file=sys.stderr)
-        return 3
-    return 0

@@ -2,15 +2,17 @@
 
 Order (ARCHITECTURE.md): load config → probe the listener addresses (``service.core.listen_probe``,
 before the engine is imported) → check data_dir (creating nothing) → bind the metrics
-listener → verify the running image signature if configured → read the token and TLS files
-and bind the listeners → open the audit log (data_dir, key and database are created here, so a
-start refused before it leaves nothing behind; one refused from here on removes what it created,
-``service.lifecycle.start_footprint``) → TEE evidence → serve with health NOT_SERVING
-→ for each model: verify its SM2 signature (fail closed) → load engine → health SERVING
-→ serve. SIGHUP: reload the token file and the trust store (``service.lifecycle.reload``, audited).
+listener → verify the running image signature if configured (``service.lifecycle.startup_checks``)
+→ read the token and TLS files, build the one call core both front ends share
+(``service.lifecycle.wiring``) and bind the listeners → open the audit log (data_dir, key and
+database are created here, so a start refused before it leaves nothing behind; one refused from
+here on removes what it created, ``service.lifecycle.start_footprint``) → TEE evidence → serve
+with health NOT_SERVING → for each model: verify its SM2 signature (fail closed) → load engine
+→ health SERVING → serve. SIGHUP: reload the token file and the trust store
+(``service.lifecycle.reload``, audited).
 SIGTERM/SIGINT: health NOT_SERVING, new inference calls UNAVAILABLE, in-flight
 calls get ``drain_grace_seconds`` to finish, the rest are cancelled (which aborts their engine
-requests), engines stop, exit 0.
+requests), engines stop, exit 0 (``service.lifecycle.exit_codes``).
 """
 
 from __future__ import annotations
@@ -19,7 +21,6 @@ import asyncio
 import os
 import signal
 from dataclasses import dataclass, field
-from pathlib import Path
 from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import start_http_server
@@ -38,9 +39,12 @@ from service.core.logs import get_logger
 from service.frontends.grpc.server import Frontend
 from service.frontends.grpc.server_servicer import server_version
 from service.frontends.openai.listener import HttpFrontend
-from service.lifecycle.refused_start import REFUSED_IMAGE, record_refused_start
-from service.lifecycle.reload import Reloader, authenticator_for, changed_config_fields, record_start_state
+from service.lifecycle.exit_codes import ExitCode
+from service.lifecycle.refused_start import record_refused_start
+from service.lifecycle.reload import Reloader, changed_config_fields, record_start_state
 from service.lifecycle.start_footprint import StartFootprint
+from service.lifecycle.startup_checks import ImageRefused, StartupRefused, verify_running_image, warn_without_anchor
+from service.lifecycle.wiring import shared_core
 from service.runtime.engine_watch import EngineWatch
 from service.runtime.model_metrics import export_runtime
 from service.runtime.state import AdapterEntry, ModelEntry, ModelState, Runtime
@@ -48,34 +52,11 @@ from service.runtime.tee_hook import TeeHook, TeeStartupError
 from service.runtime.verification import copies_root, verify_and_load
 from service.settings.config import Settings
 from trust.demo import ensure_demo_key, sign_if_unsigned
-from trust.errors import VerificationError
-from trust.image_signing import signed_digest_unverified, verify_image
 from trust.sm3 import sm3_hex
 from trust.trust_store import TrustStore
 from xinserve_client.addresses import split_host_port
 
 log = get_logger("xinserve.server")
-
-EXIT_OK = 0
-EXIT_NO_MODEL = 4  # 2 (configuration) and 3 (environment) are returned by service.cli.commands
-EXIT_REFUSED = 5
-EXIT_AUDIT = 6
-EXIT_ENGINE_DIED = 7  # a model's engine died while serving (service.runtime.engine_watch)
-
-
-class StartupRefused(Exception):
-    """A fail-closed check at start failed (e.g. the running image's signature). Safe to print."""
-
-    exit_code = EXIT_REFUSED
-
-
-class ImageRefused(StartupRefused):
-    """The running image's signature did not verify; ``audit_detail`` is what the refused
-    ``start`` event records (``service.lifecycle.refused_start``)."""
-
-    def __init__(self, message: str, **audit_detail: str | None) -> None:
-        super().__init__(message)
-        self.audit_detail = {"refused": REFUSED_IMAGE, **audit_detail}
 
 
 class AuditOpenFailed(StartupRefused):
@@ -84,7 +65,7 @@ class AuditOpenFailed(StartupRefused):
     ``another_writer``: another process holds the audit chain's writer lock (``WriterConflict``).
     """
 
-    exit_code = EXIT_AUDIT
+    exit_code = ExitCode.AUDIT
 
     def __init__(self, message: str, *, another_writer: bool = False) -> None:
         super().__init__(message)
@@ -190,60 +171,6 @@ async def model_entries(
     return entries, store
 
 
-def warn_without_anchor(settings: Settings) -> None:
-    """Log a warning at start when no off-host anchor protects the audit log (``audit.syslog``
-    unset): rollback, wipe and a rewrite with the key then go undetected (docs/audit.md,
-    *Production posture*)."""
-    posture = settings.audit.anchor_posture
-    if posture == "syslog":
-        return
-    log.warning(
-        "AUDIT_LOG_WITHOUT_OFF_HOST_ANCHOR",
-        anchor=posture,
-        anchor_waiver=settings.audit.anchor_waiver,
-        note="a rolled-back, wiped or rewritten audit log cannot be detected; production: set audit.syslog "
-        "and audit.require_anchor = true (docs/audit.md, Production posture)",
-    )
-
-
-def verify_running_image(settings: Settings, store: TrustStore | None) -> None:
-    """If an image signature and the running digest are configured, they must verify.
-
-    This proves only that the signature covers ``trust.image_digest`` as given; whether the
-    process runs from that image is the runtime's word, not observable here (docs/signing.md).
-
-    Raises:
-        ImageRefused: no trust store, unreadable envelope, or the signature does not verify.
-    """
-    t = settings.trust
-    if t.image_signature_file is None or t.image_digest is None:
-        return
-    if store is None:
-        raise ImageRefused(
-            "an image signature is configured but no trust store (trust.trust_store_dir)",
-            reason="no_trust_store",
-            image_digest=t.image_digest,
-        )
-    try:
-        envelope = t.image_signature_file.read_bytes()
-    except OSError as exc:
-        raise ImageRefused(
-            f"cannot read the image signature: {exc.strerror}",
-            reason="signature_unreadable",
-            image_digest=t.image_digest,
-        ) from None
-    try:
-        result = verify_image(envelope, store, t.image_digest)
-    except VerificationError as exc:
-        raise ImageRefused(
-            f"the running image {t.image_digest} does not verify: {exc}",
-            reason=exc.reason.value,
-            image_digest=t.image_digest,
-            signed_digest=signed_digest_unverified(envelope),
-        ) from None
-    log.info("image_verified", digest=result.digest, key_id=result.key_id)
-
-
 @dataclass
 class Server:
     """A running server: runtime, front end, and how to stop it. Used by ``serve`` and tests."""
@@ -256,7 +183,7 @@ class Server:
     http: HttpFrontend | None = None
     """The OpenAI-compatible HTTP listeners (``listen.http``, ``listen.https``), if any."""
     stop_requested: asyncio.Event = field(default_factory=asyncio.Event)
-    exit_code: int = EXIT_OK
+    exit_code: int = ExitCode.OK
     watch: EngineWatch | None = None
 
     @classmethod
@@ -295,12 +222,14 @@ class Server:
         runtime = Runtime(settings)
         # The listeners bind (and the TLS files and the token file are read) before the audit
         # log is opened: a start that cannot serve creates no data directory, key or database.
-        frontend = Frontend(runtime, settings, authenticator_for(settings), profile.device)
+        # One call core, built here, serves both front ends.
+        shared = shared_core(runtime, settings)
+        frontend = Frontend(shared.core, shared.inference, settings, profile.device)
         http = None
         footprint = StartFootprint.note(settings)
         try:
             if settings.listen.http or settings.listen.https:
-                http = HttpFrontend(frontend.core, frontend.inference, settings)
+                http = HttpFrontend(shared.core, shared.inference, settings)
             audit = await open_audit(settings)
             runtime.audit = audit
             metrics.ENGINE_LOAD.source = runtime.ready_engines
@@ -321,7 +250,7 @@ class Server:
                 config_digest=config_digest(settings),
                 changed_fields=",".join(changed_config_fields(settings)),
             )
-            await record_start_state(settings, audit, frontend.core.authenticator.tokens, configured_store)
+            await record_start_state(settings, audit, shared.core.authenticator.tokens, configured_store)
             try:
                 runtime.tee = await TeeHook.start(settings.tee, runtime)
             except TeeStartupError as exc:
@@ -372,7 +301,7 @@ class Server:
         return bool(ready)
 
     def _engine_died(self, model: str) -> None:
-        self.exit_code = EXIT_ENGINE_DIED
+        self.exit_code = ExitCode.ENGINE_DIED
         self.stop_requested.set()
 
     async def drain_and_stop(self) -> None:
@@ -450,24 +379,12 @@ async def _serve_until_stopped(settings: Settings) -> int:
         loading.cancel()
         await asyncio.gather(loading, return_exceptions=True)
         await server.drain_and_stop()
-        return EXIT_OK
+        return ExitCode.OK
     if not loading.result():
         log.error("no_model_can_be_served", models={n: e.state_reason for n, e in server.runtime.models.items()})
         stopping.cancel()
         await server.drain_and_stop()
-        return EXIT_NO_MODEL
+        return ExitCode.NO_MODEL
     await stopping
     await server.drain_and_stop()
     return server.exit_code
-
-
-def data_dir_ok(path: Path) -> bool:
-    """Whether ``path`` is a writable directory, or could be created as one (its nearest
-    existing ancestor is a writable directory). Creates nothing: the directory is made when
-    the audit log or the built-in models first need it."""
-    probe = path
-    while not probe.exists():
-        if probe.parent == probe:
-            return False
-        probe = probe.parent
-    return probe.is_dir() and os.access(probe, os.W_OK | os.X_OK)

@@ -9,9 +9,9 @@ exit, or its output handler stopped). When an engine is dead:
    model can be served any more;
 2. a warning naming the model is logged and a ``model_unloaded`` event with outcome
    UNAVAILABLE and ``reason: engine_died`` is appended to the audit log;
-3. ``on_death(model)`` is called: the server drains and exits with
-   ``EXIT_ENGINE_DIED`` (7) so that its orchestrator restarts it (with every model verified
-   again). The server does not restart engines itself.
+3. ``on_death(model)`` is called: the server drains and exits with ``ExitCode.ENGINE_DIED``
+   (7, ``service.lifecycle.exit_codes``) so that its orchestrator restarts it (with every
+   model verified again). The server does not restart engines itself.
 
 Calls to the dead model get FAILED_PRECONDITION (``MODEL_NOT_SERVABLE``), calls that were
 running in it UNAVAILABLE (``ENGINE_DIED``), neither with a retry hint. A call that finds the

@@ -10,7 +10,7 @@ import pytest_asyncio
 
 from service.access.policy import AccessPolicy
 from service.frontends.openai.listener import HttpFrontend
-from service.lifecycle.server import authenticator_for
+from service.lifecycle.reload import authenticator_for
 from service.operations.inference import Inference
 from service.pipeline.call_core import CallCore
 from service.runtime.state import ModelState, Runtime

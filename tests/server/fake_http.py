@@ -12,8 +12,8 @@ from audit import QueryFilter
 from audit.records import AuditRecord, decode_record
 from service.frontends.grpc.server import Frontend
 from service.frontends.openai.listener import HttpFrontend
-from service.lifecycle.reload import authenticator_for
 from service.lifecycle.server import open_audit
+from service.lifecycle.wiring import shared_core
 from service.runtime.state import ModelEntry, ModelState, Runtime
 from service.settings.config import load_settings
 from tests.server.fake_engine import FakeEngine
@@ -51,7 +51,7 @@ async def both_over_fake_engines(
         runtime.add_model(ModelEntry(engine.info.name, engine.info.kind, tmp_path, engine))
         await runtime.mark(runtime.models[engine.info.name], ModelState.READY)
     await runtime.set_serving(True)
-    grpc_frontend = Frontend(runtime, settings, authenticator_for(settings), "cpu")
+    grpc_frontend = Frontend(*shared_core(runtime, settings), settings, "cpu")
     http = HttpFrontend(grpc_frontend.core, grpc_frontend.inference, settings)
     await http.start()
     if grpc:

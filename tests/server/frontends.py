@@ -7,7 +7,7 @@ from contextlib import asynccontextmanager
 from dataclasses import replace
 
 from service.frontends.grpc.server import Frontend
-from service.lifecycle.server import authenticator_for
+from service.lifecycle.wiring import shared_core
 from service.runtime.state import ModelState, Runtime
 from service.settings.config import load_settings
 
@@ -24,7 +24,7 @@ async def extra_frontend(live_server, overrides: dict, audit=None):
     runtime.audit = audit
     for entry in live_server.runtime.models.values():
         runtime.add_model(replace(entry))
-    frontend = Frontend(runtime, settings, authenticator_for(settings), "cpu")
+    frontend = Frontend(*shared_core(runtime, settings), settings, "cpu")
     await frontend.start()
     for entry in runtime.models.values():
         await runtime.mark(entry, ModelState.READY)

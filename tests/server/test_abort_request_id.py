@@ -14,7 +14,8 @@ from audit import QueryFilter, decode_record
 from service.core.call_context import CallRecord
 from service.frontends.grpc.interceptors import request_id_metadata
 from service.frontends.grpc.server import Frontend
-from service.lifecycle.server import authenticator_for, open_audit
+from service.lifecycle.server import open_audit
+from service.lifecycle.wiring import shared_core
 from service.operations.validation import REQUEST_ID_RULE
 from service.runtime.state import ModelEntry, ModelState, Runtime
 from service.settings.config import load_settings
@@ -35,7 +36,7 @@ async def server(tmp_path):
     )
     runtime = Runtime(settings)
     runtime.audit = await open_audit(settings)
-    frontend = Frontend(runtime, settings, authenticator_for(settings), "cpu")
+    frontend = Frontend(*shared_core(runtime, settings), settings, "cpu")
     api = None
     try:
         await frontend.start()

@@ -17,7 +17,8 @@ from audit import QueryFilter, decode_record
 from engine_backends.protocol import CompletionChunk, FinishReason, GenerateInput, GenerationUpdate
 from service.frontends.grpc.server import Frontend
 from service.frontends.openai.listener import HttpFrontend
-from service.lifecycle.server import authenticator_for, open_audit
+from service.lifecycle.server import open_audit
+from service.lifecycle.wiring import shared_core
 from service.runtime.state import ModelEntry, ModelState, Runtime
 from service.settings.config import load_settings
 from tests.server.fake_engine import FakeEngine
@@ -58,7 +59,7 @@ async def server(tmp_path):
     )
     runtime = Runtime(settings)
     runtime.audit = await open_audit(settings)
-    frontend = Frontend(runtime, settings, authenticator_for(settings), "cpu")
+    frontend = Frontend(*shared_core(runtime, settings), settings, "cpu")
     await frontend.start()
     http = HttpFrontend(frontend.core, frontend.inference, settings)
     await http.start()

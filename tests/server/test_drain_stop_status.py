@@ -11,7 +11,8 @@ from google.rpc import error_details_pb2
 
 from audit import QueryFilter, decode_record
 from service.frontends.grpc.server import Frontend
-from service.lifecycle.server import authenticator_for, open_audit
+from service.lifecycle.server import open_audit
+from service.lifecycle.wiring import shared_core
 from service.runtime.state import ModelEntry, ModelState, Runtime
 from service.settings.config import load_settings
 from tests.server.stubs import detail_of, stubs
@@ -28,7 +29,7 @@ async def test_calls_cut_at_the_end_of_the_drain_get_unavailable_draining(tmp_pa
     )
     runtime = Runtime(settings)
     runtime.audit = await open_audit(settings)
-    frontend = Frontend(runtime, settings, authenticator_for(settings), "cpu")
+    frontend = Frontend(*shared_core(runtime, settings), settings, "cpu")
     await frontend.start()
     engine = GatedEngine("m")
     engine.gate = asyncio.Event()  # never set: the calls run until the server stops them

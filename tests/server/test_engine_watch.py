@@ -16,7 +16,8 @@ from audit import QueryFilter, decode_record
 from engine_backends.errors import EngineDeadError
 from service.core.status import from_engine_error
 from service.frontends.grpc.server import Frontend
-from service.lifecycle.server import authenticator_for, open_audit
+from service.lifecycle.server import open_audit
+from service.lifecycle.wiring import shared_core
 from service.runtime.engine_watch import EngineWatch
 from service.runtime.state import ModelEntry, ModelState, Runtime
 from service.settings.config import load_settings
@@ -44,7 +45,7 @@ async def test_dead_engine_turns_model_and_then_server_not_serving(tmp_path):
     )
     runtime = Runtime(settings)
     runtime.audit = await open_audit(settings)
-    frontend = Frontend(runtime, settings, authenticator_for(settings), "cpu")
+    frontend = Frontend(*shared_core(runtime, settings), settings, "cpu")
     await frontend.start()
     engines = {name: FakeEngine(name) for name in ("first", "second")}
     for name, engine in engines.items():
@@ -122,7 +123,7 @@ async def test_a_call_that_finds_the_engine_dead_updates_the_state_before_it_is_
     )
     runtime = Runtime(settings)
     runtime.audit = await open_audit(settings)
-    frontend = Frontend(runtime, settings, authenticator_for(settings), "cpu")
+    frontend = Frontend(*shared_core(runtime, settings), settings, "cpu")
     await frontend.start()
     engine = _CallsFailFirst("lagging")
     await engine.start()

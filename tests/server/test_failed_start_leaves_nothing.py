@@ -25,9 +25,9 @@ import grpc
 import pytest
 
 from service.frontends.grpc.server import Frontend, ListenError
-from service.lifecycle.reload import authenticator_for
 from service.lifecycle.server import AuditOpenFailed, Server
 from service.lifecycle.start_footprint import StartFootprint
+from service.lifecycle.wiring import shared_core
 from service.runtime.state import Runtime
 from service.settings.config import Settings, load_settings
 from tests.conftest import REPO, TINY
@@ -123,7 +123,7 @@ async def test_frontend_refuses_a_port_another_grpc_server_holds(tmp_path: Path)
             }
         )
         with pytest.raises(ListenError) as err:
-            Frontend(Runtime(settings), settings, authenticator_for(settings), "cpu")
+            Frontend(*shared_core(Runtime(settings), settings), settings, "cpu")
     assert str(err.value).startswith(f"cannot listen on 127.0.0.1:{port} (listen.plaintext)")
     assert not (tmp_path / "data").exists()
 

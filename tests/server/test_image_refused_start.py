@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 
 from service.lifecycle.refused_start import audit_store_exists, record_refused_start
-from service.lifecycle.server import ImageRefused, open_audit, verify_running_image
+from service.lifecycle.server import open_audit
+from service.lifecycle.startup_checks import ImageRefused, verify_running_image
 from service.settings.config import Settings, load_settings
 from tests.conftest import REPO
 from trust.image_signing import sign_image

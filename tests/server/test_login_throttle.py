@@ -18,7 +18,7 @@ from service.access.auth import AuthenticationFailed, Authenticator, TokenFileEr
 from service.access.login_throttle import GLOBAL, LoginThrottle, certificate_key, peer_host, token_key
 from service.core.status import RpcError
 from service.frontends.grpc.server import Frontend
-from service.lifecycle.reload import authenticator_for
+from service.lifecycle.wiring import shared_core
 from service.runtime.state import Runtime
 from service.settings.config import load_settings
 from tests.conftest import TINY
@@ -205,7 +205,7 @@ async def _throttled_server(tmp_path, auth: dict, pki=None):
     )
     runtime = Runtime(settings)
     runtime.audit = await open_audit(settings)
-    frontend = Frontend(runtime, settings, authenticator_for(settings), "cpu")
+    frontend = Frontend(*shared_core(runtime, settings), settings, "cpu")
     try:
         await frontend.start()
         await runtime.set_serving(True)

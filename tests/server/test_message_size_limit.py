@@ -10,7 +10,8 @@ from grpc_status import rpc_status
 
 from audit import QueryFilter, decode_record
 from service.frontends.grpc.server import Frontend
-from service.lifecycle.server import authenticator_for, open_audit
+from service.lifecycle.server import open_audit
+from service.lifecycle.wiring import shared_core
 from service.runtime.state import Runtime
 from service.settings.config import load_settings
 from tests.server.stubs import stubs
@@ -29,7 +30,7 @@ async def test_over_size_message_is_resource_exhausted_from_the_transport(tmp_pa
     )
     runtime = Runtime(settings)
     runtime.audit = await open_audit(settings)
-    frontend = Frontend(runtime, settings, authenticator_for(settings), "cpu")
+    frontend = Frontend(*shared_core(runtime, settings), settings, "cpu")
     await frontend.start()
     api = stubs(grpc.aio.insecure_channel(f"127.0.0.1:{next(iter(frontend.ports.values()))}"))
     try:

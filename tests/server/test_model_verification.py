@@ -11,7 +11,8 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from service.lifecycle.server import Server, StartupRefused, verify_running_image
+from service.lifecycle.server import Server
+from service.lifecycle.startup_checks import StartupRefused, verify_running_image
 from service.runtime.state import ModelEntry, ModelState, Verification
 from service.runtime.verification import verify_entry
 from service.settings.config import load_settings

@@ -20,7 +20,7 @@ from service.access.policy import AccessPolicy
 from service.core.call_context import CallRecord, Principal
 from service.core.status import RpcError
 from service.core.tracing import trace_context
-from service.lifecycle.server import authenticator_for
+from service.lifecycle.reload import authenticator_for
 from service.operations.inference import Inference
 from service.runtime.state import ModelEntry, ModelState, Runtime
 from service.settings.config import ConfigError, load_settings

@@ -18,7 +18,8 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from audit import QueryFilter, decode_record
 from service.access.auth import AuthenticationFailed, Authenticator, hash_token, load_token_file
 from service.frontends.grpc.server import Frontend
-from service.lifecycle.server import authenticator_for, open_audit
+from service.lifecycle.server import open_audit
+from service.lifecycle.wiring import shared_core
 from service.runtime.state import ModelEntry, ModelState, Runtime
 from service.settings.config import load_settings
 from tests.server.fake_engine import FakeEngine
@@ -121,7 +122,7 @@ async def mtls_server(tmp_path):
     )
     runtime = Runtime(settings)
     runtime.audit = await open_audit(settings)
-    frontend = Frontend(runtime, settings, authenticator_for(settings), "cpu")
+    frontend = Frontend(*shared_core(runtime, settings), settings, "cpu")
     engine = FakeEngine("m")
     try:
         await frontend.start()

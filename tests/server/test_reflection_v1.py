@@ -10,7 +10,7 @@ from grpc_reflection.v1alpha import reflection_pb2
 
 from service.frontends.grpc.reflection import V1_SERVICE_NAME, V1ALPHA_SERVICE_NAME
 from service.frontends.grpc.server import Frontend
-from service.lifecycle.reload import authenticator_for
+from service.lifecycle.wiring import shared_core
 from service.runtime.state import Runtime
 from service.settings.config import load_settings
 
@@ -26,7 +26,7 @@ async def _frontend(tmp_path, reflection: bool) -> Frontend:
             "reflection": reflection,
         }
     )
-    frontend = Frontend(Runtime(settings), settings, authenticator_for(settings), "cpu")
+    frontend = Frontend(*shared_core(Runtime(settings), settings), settings, "cpu")
     await frontend.start()
     return frontend
 

@@ -17,7 +17,7 @@ from google.rpc import error_details_pb2
 
 from engine_backends.protocol import ModelInfo
 from service.frontends.grpc.server import Frontend
-from service.lifecycle.reload import authenticator_for
+from service.lifecycle.wiring import shared_core
 from service.operations.validation import Violations, nesting_depth, sampling_options
 from service.settings.config import LimitsSettings
 from tests.server.fake_engine import FakeEngine
@@ -198,7 +198,7 @@ CASES: list[tuple[str, str, Any, Any, str, str, dict, dict, str]] = [
 @pytest.mark.asyncio(loop_scope="session")
 async def test_each_limit_is_refused_one_past_it_and_served_at_it_on_both_front_ends(tmp_path):
     async with http_over_fake_engines(tmp_path, [FakeEngine("m")], {"limits": LIMITS}) as (http_port, runtime):
-        frontend = Frontend(runtime, runtime.settings, authenticator_for(runtime.settings), "cpu")
+        frontend = Frontend(*shared_core(runtime, runtime.settings), runtime.settings, "cpu")
         await frontend.start()
         api = stubs(grpc.aio.insecure_channel(f"127.0.0.1:{next(iter(frontend.ports.values()))}"))
         try:

@@ -12,8 +12,8 @@ from prometheus_client import REGISTRY
 
 from service.frontends.grpc.server import Frontend
 from service.frontends.openai.listener import HttpFrontend
-from service.lifecycle.reload import authenticator_for
 from service.lifecycle.server import open_audit
+from service.lifecycle.wiring import shared_core
 from service.runtime.state import Runtime
 from service.settings.config import load_settings
 from tests.support.pki import make_pki
@@ -82,7 +82,7 @@ async def test_refused_handshakes_are_counted_and_a_good_client_is_not(tmp_path)
     )
     runtime = Runtime(settings)
     runtime.audit = await open_audit(settings)
-    grpc_frontend = Frontend(runtime, settings, authenticator_for(settings), "cpu")
+    grpc_frontend = Frontend(*shared_core(runtime, settings), settings, "cpu")
     http = HttpFrontend(grpc_frontend.core, grpc_frontend.inference, settings)
     await http.start()
     port = next(iter(http.ports.values()))

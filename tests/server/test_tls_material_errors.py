@@ -18,7 +18,7 @@ from cryptography.hazmat.primitives import serialization
 from service.core.tls_material import TlsMaterialError, load_tls_material
 from service.frontends.grpc.server import Frontend
 from service.frontends.openai.listener import HttpFrontend
-from service.lifecycle.server import authenticator_for
+from service.lifecycle.wiring import shared_core
 from service.runtime.state import Runtime
 from service.settings.config import load_settings
 from tests.support.pki import Pki, make_pki
@@ -51,7 +51,7 @@ def _garbage(tmp_path: Path, name: str) -> Path:
 async def _frontend_error(settings) -> str:
     """The TlsMaterialError message building the gRPC front end raises (fails if none)."""
     try:
-        frontend = Frontend(Runtime(settings), settings, authenticator_for(settings), "cpu")
+        frontend = Frontend(*shared_core(Runtime(settings), settings), settings, "cpu")
     except TlsMaterialError as exc:
         return str(exc)
     await frontend.stop(None)
@@ -68,7 +68,7 @@ async def test_good_files_serve_tls(tmp_path, pki):
     settings = _settings(tmp_path, pki.server_cert, pki.server_key, pki.ca_cert)
     material = load_tls_material(settings.tls)
     assert material.client_ca_pem == pki.ca_cert.read_bytes()
-    frontend = Frontend(Runtime(settings), settings, authenticator_for(settings), "cpu")
+    frontend = Frontend(*shared_core(Runtime(settings), settings), settings, "cpu")
     try:
         assert list(frontend.ports) == ["127.0.0.1:0"] and frontend.ports["127.0.0.1:0"] > 0
     finally:
@@ -164,7 +164,7 @@ async def test_garbage_client_ca(tmp_path, pki):
 @ASYNC
 async def test_https_front_end_checks_the_same_files(tmp_path, pki):
     settings = _settings(tmp_path, pki.server_cert, pki.client_key, kind="https")
-    frontend = Frontend(Runtime(settings), settings, authenticator_for(settings), "cpu")
+    frontend = Frontend(*shared_core(Runtime(settings), settings), settings, "cpu")
     try:
         with pytest.raises(TlsMaterialError, match=r"^tls\.key_file does not match tls\.cert_file"):
             HttpFrontend(frontend.core, frontend.inference, settings)

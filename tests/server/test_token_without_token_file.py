@@ -7,7 +7,7 @@ import grpc
 import httpx
 
 from service.frontends.grpc.server import Frontend
-from service.lifecycle.reload import authenticator_for
+from service.lifecycle.wiring import shared_core
 from tests.server.fake_engine import FakeEngine
 from tests.server.fake_http import http_over_fake_engines, rpc_records
 from tests.server.stubs import stubs
@@ -17,7 +17,7 @@ from xinserve.v1 import inference_pb2
 async def test_a_bearer_token_is_ignored_on_both_front_ends_when_no_token_file_is_set(tmp_path):
     async with http_over_fake_engines(tmp_path, [FakeEngine("m")]) as (http_port, runtime):
         settings = runtime.settings
-        frontend = Frontend(runtime, settings, authenticator_for(settings), "cpu")
+        frontend = Frontend(*shared_core(runtime, settings), settings, "cpu")
         await frontend.start()
         try:
             grpc_port = next(iter(frontend.ports.values()))

@@ -13,7 +13,7 @@ import pytest
 from google.rpc import error_details_pb2
 
 from service.frontends.grpc.server import Frontend
-from service.lifecycle.server import authenticator_for
+from service.lifecycle.wiring import shared_core
 from service.runtime.state import ModelEntry, ModelState, Runtime
 from service.settings.config import load_settings
 from tests.server.fake_engine import FakeEngine
@@ -51,7 +51,7 @@ async def server(tmp_path):
         }
     )
     runtime = Runtime(settings)
-    frontend = Frontend(runtime, settings, authenticator_for(settings), "cpu")
+    frontend = Frontend(*shared_core(runtime, settings), settings, "cpu")
     engine = BlockingTokenizer("m")
     api = None
     try:

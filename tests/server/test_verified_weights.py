@@ -24,7 +24,8 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from audit import QueryFilter, decode_record
 from engine_backends.builtin_models import tiny_llama_dir
-from service.lifecycle.server import EXIT_ENGINE_DIED, Server
+from service.lifecycle.exit_codes import ExitCode
+from service.lifecycle.server import Server
 from service.runtime.state import ModelState
 from service.settings.config import load_settings
 from tests.conftest import _data_dir
@@ -253,7 +254,7 @@ async def test_killed_engine_core_turns_model_and_server_not_serving(served):
     assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION
     assert detail_of(err.value, error_details_pb2.ErrorInfo).reason == "MODEL_NOT_SERVABLE"
     assert detail_of(err.value, error_details_pb2.RetryInfo) is None
-    assert server.stop_requested.is_set() and server.exit_code == EXIT_ENGINE_DIED
+    assert server.stop_requested.is_set() and server.exit_code == ExitCode.ENGINE_DIED
     rows = await server.runtime.audit.log.query(QueryFilter(event="model_unloaded"))
     (death,) = [decode_record(r.body)[2] for r in rows]
     assert (death.model, death.outcome, death.detail["reason"]) == (MODEL, "UNAVAILABLE", "engine_died")

@@ -122,7 +122,8 @@ async def fake_server(tmp_path: Path, engine: FakeEngine | None = None) -> Async
     """A gRPC front end with the audit log on (SQLite under ``tmp_path``) over ``engine``
     (default: a ``StreamEngine``) named ``m``; yields its HOST:PORT."""
     from service.frontends.grpc.server import Frontend
-    from service.lifecycle.server import authenticator_for, open_audit
+    from service.lifecycle.server import open_audit
+    from service.lifecycle.wiring import shared_core
     from service.runtime.state import ModelEntry, ModelState, Runtime
     from service.settings.config import load_settings
 
@@ -131,7 +132,7 @@ async def fake_server(tmp_path: Path, engine: FakeEngine | None = None) -> Async
     )
     runtime = Runtime(settings)
     runtime.audit = await open_audit(settings)
-    frontend = Frontend(runtime, settings, authenticator_for(settings), "cpu")
+    frontend = Frontend(*shared_core(runtime, settings), settings, "cpu")
     try:
         await frontend.start()
         engine = engine or StreamEngine("m")

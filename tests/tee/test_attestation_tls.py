@@ -16,7 +16,7 @@ import pytest_asyncio
 from audit import AuditLog, AuditSettings, ContentCapture, EventType, QueryFilter, decode_record
 from service.core.audit_trail import AuditTrail
 from service.frontends.grpc.server import Frontend
-from service.lifecycle.server import authenticator_for
+from service.lifecycle.wiring import shared_core
 from service.runtime.state import ModelEntry, ModelState, Runtime
 from service.runtime.tee_hook import TeeHook
 from service.settings.config import load_settings
@@ -69,7 +69,7 @@ async def _serving(tmp_path: Path, cert_file: Path, key_file: Path):
     failed = ModelEntry("refused", "generate", tmp_path / "x", manifest_digest="sm3:" + "ff" * 32)
     runtime.add_model(failed)
     await runtime.mark(failed, ModelState.FAILED, "key refused")
-    frontend = Frontend(runtime, settings, authenticator_for(settings), "cpu")
+    frontend = Frontend(*shared_core(runtime, settings), settings, "cpu")
     await frontend.start()
     plain_port = frontend.ports["127.0.0.1:0"]
     tls_port = next(port for address, port in frontend.ports.items() if address != "127.0.0.1:0")
