@@ -31,7 +31,7 @@ __all__ = [
 ]
 
 CLIENT_VERSION = "0.1.0"
-SCHEMA_REVISION = 3
+SCHEMA_REVISION = 4
 """Revision of the xinserve.v1 contract this client was built against (GetServerInfo compares)."""
 MiB = 1024 * 1024
 

@@ -14,17 +14,19 @@ from service.runtime.state import Runtime
 from xinserve.v1 import server_pb2, server_pb2_grpc
 
 # Revision of the xinserve.v1 contract implemented here; bump on every additive change.
-SCHEMA_REVISION = 3
+SCHEMA_REVISION = 4
 # The contract at each revision: SHA-256 of protoc's FileDescriptorSet of proto/xinserve/v1
 # (files in byte order of their paths, no source info, so comments do not count). A change
 # to proto/ fails tests/server/test_schema_revision.py until the revision is bumped and the
 # new digest recorded under it. Revision 2: Device fields and DeviceHealth, attestation and
 # audit services, ChatRequest.allow_special_tokens, model/LoRA status fields. Revision 3:
 # GetServerInfoResponse.audit (AuditStatus); chat tools, tool_choice and tool calls.
+# Revision 4: ErrorReason (errors.proto), the catalogue of ErrorInfo reasons.
 SCHEMA_DESCRIPTOR_SHA256 = {
     1: "1fed430721a022c611bf60fcec6396dccdc3f9c02e95debda70fb780ee008fe1",
     2: "0ffe0ab2ac81405b8a31a0987423c96674b39f1efd9aa620a2c8b7ba69a5a9b0",
     3: "9600a25ca5f1d7c0b8dbb2106eda2846d59d81688467f4a8baba5e430cc2e15c",
+    4: "5ebab2e2d958548c86fb9e0d8e9e556f1fdcfabafec3c7a14bf707e19fbc7f81",
 }
 # Oldest client revision still served correctly.
 MIN_CLIENT_REVISION = 1
