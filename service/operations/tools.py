@@ -92,12 +92,19 @@ def check_tools(request: inference_pb2.ChatRequest, v: Violations, limits: Any) 
     check_text_size(v, "tools", size, limits)
     choice = request.tool_choice if request.HasField("tool_choice") else None
     which = choice.WhichOneof("choice") if choice is not None else None
-    if which == "function_name":
-        mode: ToolMode = "named"
+    if which == "function_name" and choice is not None and not choice.function_name:
+        v.add("tool_choice", "function_name must name one of tools; it is empty")
+        mode: ToolMode = "none"
+    elif which == "function_name":
+        mode = "named"
     elif which == "mode" and choice is not None and choice.mode in _MODES:
         mode = _MODES[choice.mode]  # type: ignore[assignment]
     elif which is not None:
-        v.add("tool_choice", "must be none, auto, required or a function name")
+        v.add(
+            "tool_choice",
+            "must be mode TOOL_CHOICE_MODE_NONE, TOOL_CHOICE_MODE_AUTO or TOOL_CHOICE_MODE_REQUIRED, "
+            f"or a function_name; got mode {choice.mode if choice is not None else 0}",
+        )
         mode = "none"
     else:
         mode = "auto" if tools else "none"

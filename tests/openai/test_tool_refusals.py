@@ -108,3 +108,41 @@ async def test_a_large_tool_not_forced_is_not_a_structured_output(stack):
         tool_choice={"type": "function", "function": {"name": "small"}},
     )
     assert reply.choices[0].message.content == "x"  # the fake engine's one token: not the forced JSON
+
+
+# -- a malformed tool_choice ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("choice", "said"),
+    [
+        (5, "got a number"),
+        (["auto"], "got an array"),
+        ("sometimes", "got the string 'sometimes'"),
+        ({"type": "function"}, "function.name"),
+        ({"type": "function", "function": {}}, "function.name"),
+        ({"type": "function", "function": {"name": 3}}, "function.name"),
+        ({"function": {"name": "small"}}, '"type": "function"'),
+        ({"type": "tool", "function": {"name": "small"}}, '"type": "function"'),
+        ({"type": "function", "function": {"name": "small"}, "extra": 1}, "'extra'"),
+    ],
+)
+async def test_a_malformed_tool_choice_is_refused_naming_it(stack, choice, said):
+    client, _ = stack
+    error = await refused(client, tools=[tool("small", SMALL)], tool_choice=choice)
+    assert error["param"] == "tool_choice"
+    rule = 'tool_choice: must be "none", "auto", "required" or {"type": "function"'
+    assert error["message"].startswith(f"invalid request: {rule}")
+    assert said in error["message"]
+    assert "or an object" not in error["message"]
+
+
+@pytest.mark.parametrize(
+    ("choice", "said"),
+    [({"mode": inference_pb2.TOOL_CHOICE_MODE_UNSPECIFIED}, "got mode 0"), ({"mode": 9}, "got mode 9"),
+     ({"function_name": ""}, "empty")],
+)  # fmt: skip
+async def test_grpc_a_malformed_tool_choice_is_refused_naming_it(stack, choice, said):
+    _, inference = stack
+    violations = await grpc_violations(inference, grpc_request([tool("small", SMALL)], **choice))
+    assert list(violations) == ["tool_choice"] and said in violations["tool_choice"]

@@ -328,11 +328,11 @@ def _tools(body: ChatBody, req: inference_pb2.ChatRequest) -> None:
         function = tool.function
         parameters = "" if function.parameters is None else json.dumps(function.parameters, ensure_ascii=False)
         req.tools.add(name=function.name, description=function.description or "", parameters_json=parameters)
-    choice = body.tool_choice
-    if isinstance(choice, str):
-        req.tool_choice.mode = _TOOL_MODES[choice]
+    choice = tool_choice_of(body)
+    if choice is not None and choice[1] is None:
+        req.tool_choice.mode = _TOOL_MODES[choice[0]]
     elif choice is not None:
-        req.tool_choice.function_name = choice.function.name
+        req.tool_choice.function_name = choice[1] or ""
     if body.parallel_tool_calls is not None:
         req.parallel_tool_calls = body.parallel_tool_calls
 
@@ -342,12 +342,47 @@ def forced_tool(body: ChatBody) -> str | None:
     output forces (the reply's text is then the tool calls' JSON)."""
     if not body.tools:
         return None
+    choice = tool_choice_of(body)
+    if choice is None or choice[0] not in ("required", "function"):
+        return None
+    return choice[1] or "required"
+
+
+_TOOL_CHOICE_RULE = 'must be "none", "auto", "required" or {"type": "function", "function": {"name": "..."}}'
+_JSON_TYPES = {bool: "a boolean", int: "a number", float: "a number", list: "an array", str: "a string"}
+
+
+def tool_choice_of(body: ChatBody) -> tuple[str, str | None] | None:
+    """The request's ``tool_choice`` as OpenAI's chat API defines it: ``(mode, None)`` for
+    ``"none"``, ``"auto"`` or ``"required"``, ``("function", name)`` for a named function,
+    None when absent.
+
+    Raises:
+        RpcError: INVALID_ARGUMENT naming ``tool_choice`` for another JSON type, another
+            string, an object whose ``type`` is not ``"function"``, without a non-empty
+            string ``function.name``, or with other members.
+    """
     choice = body.tool_choice
-    if choice == "required":
-        return "required"
-    if choice is not None and not isinstance(choice, str):
-        return choice.function.name
-    return None
+    if choice is None:
+        return None
+    if isinstance(choice, str):
+        if choice not in _TOOL_MODES:
+            _refuse("tool_choice", f"{_TOOL_CHOICE_RULE}; got the string {choice[:32]!r}")
+        return choice, None
+    if not isinstance(choice, dict):
+        _refuse("tool_choice", f"{_TOOL_CHOICE_RULE}; got {_JSON_TYPES.get(type(choice), 'another type')}")
+    extra = sorted(set(choice) - {"type", "function"})
+    if extra:
+        _refuse("tool_choice", f"{_TOOL_CHOICE_RULE}; {str(extra[0])[:32]!r} is not one of its members")
+    if choice.get("type") != "function":
+        _refuse("tool_choice", f'{_TOOL_CHOICE_RULE}; an object needs "type": "function"')
+    function = choice.get("function")
+    name = function.get("name") if isinstance(function, dict) else None
+    if not isinstance(name, str) or not name:
+        _refuse("tool_choice", f"{_TOOL_CHOICE_RULE}; an object needs function.name, the name of one of tools")
+    if isinstance(function, dict) and set(function) - {"name"}:
+        _refuse("tool_choice", f"{_TOOL_CHOICE_RULE}; function takes only a name")
+    return "function", name
 
 
 def chat_request(body: ChatBody, request_id: str) -> inference_pb2.ChatRequest:

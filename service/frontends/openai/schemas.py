@@ -155,17 +155,6 @@ class ChatTool(_Body):
     function: FunctionDefinition
 
 
-class NamedFunction(_Body):
-    name: str
-
-
-class NamedToolChoice(_Body):
-    """``tool_choice: {"type": "function", "function": {"name": ...}}``."""
-
-    type: Literal["function"]
-    function: NamedFunction
-
-
 class JsonSchemaFormat(_Body):
     name: str | None = None
     description: str | None = None
@@ -185,7 +174,9 @@ class ChatBody(_Sampling):
     max_completion_tokens: int | None = None
     response_format: ResponseFormat | None = None
     tools: list[ChatTool] | None = None
-    tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = None
+    tool_choice: Any = None
+    """``"none"``, ``"auto"``, ``"required"`` or ``{"type": "function", "function": {"name"}}``;
+    checked by ``service.frontends.openai.mapping.tool_choice_of``, which names what is wrong."""
     parallel_tool_calls: bool | None = None
     functions: list[Any] | None = None
     audio: Any = None
