@@ -7,40 +7,41 @@ Usage (the server)::
     ...
     await log.close()                                         # flush + closing checkpoint
 
-The parts, one module each: ``audit.writer`` (state and the group-commit pipeline),
-``audit.recovery`` (open-time checks and sealing a crashed tail), ``audit.scheduling``
-(periodic checkpoints, disk watermark, retention), ``audit.reading`` (queries, exports and
-verification for ``AuditService``), ``audit.keys`` (the checkpoint key), and
-``audit.syslog_shipper`` (anchors off the host). The event loop never blocks on disk,
-database or hashing.
+``AuditLog`` is a facade over parts that each get only what they need, one module each:
+``audit.writer`` (``ChainWriter``: the chain state and the group-commit pipeline),
+``audit.recovery`` (``open_chain``: open-time checks of the chain's end, finding a crashed
+tail), ``audit.scheduling`` (``Scheduler``: periodic checkpoints, disk watermark, retention,
+given callables), ``audit.reading`` (``Reader``: queries, exports and verification for
+``AuditService``), ``audit.keys`` (the checkpoint key) and ``audit.syslog_shipper`` (anchors
+off the host). The event loop never blocks on disk, database or hashing.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import threading
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import structlog
 
 from audit import metrics
-from audit.chain import CheckpointKind, SignedCheckpoint
-from audit.config import AuditSettings, StoreKind
+from audit.chain import CheckpointKind, SignedCheckpoint, Verifier
+from audit.config import AuditSettings, FailurePolicy, StoreKind
 from audit.errors import AuditError, AuditStoreError, AuditUnavailable
 from audit.keys import load_signer
-from audit.reading import Reading
+from audit.reading import Reader
 from audit.records import AuditRecord, EventType, now_ms
-from audit.recovery import AuditIntegrityError, ChainRecovery, RecoveryInfo
-from audit.scheduling import Scheduling
-from audit.stores import open_store
+from audit.recovery import AuditIntegrityError, RecoveryInfo, open_chain
+from audit.retention import run_retention
+from audit.scheduling import Scheduler
+from audit.stores import QueryFilter, Store, StoredRecord, open_store
 from audit.syslog_shipper import SyslogShipper
-from audit.writer import UNAVAILABLE_MESSAGE, LogCore
+from audit.verify import VerifyReport
+from audit.writer import UNAVAILABLE_MESSAGE, ChainWriter
 
 log = structlog.get_logger("xinserve.audit")
 
-__all__ = ["UNAVAILABLE_MESSAGE", "AuditIntegrityError", "AuditLog", "LogCore", "RecoveryInfo", "load_signer"]
+__all__ = ["UNAVAILABLE_MESSAGE", "AuditIntegrityError", "AuditLog", "ChainWriter", "RecoveryInfo", "load_signer"]
 
 
 def earlier_log_traces(settings: AuditSettings) -> list[str]:
@@ -59,8 +60,62 @@ def earlier_log_traces(settings: AuditSettings) -> list[str]:
     return [name for name, path in candidates.items() if path.exists()]
 
 
-class AuditLog(ChainRecovery, Scheduling, Reading):
-    """The audit log of one writer (chain). Create with :meth:`open`."""
+class AuditLog:
+    """The audit log of one writer (chain). Create with :meth:`open`.
+
+    A facade: appends and checkpoints go to its ``ChainWriter``, reads to its ``Reader``, the
+    periodic work is its ``Scheduler``'s; the chain is opened by ``audit.recovery.open_chain``.
+    """
+
+    def __init__(
+        self,
+        store_factory: Callable[[], Store],
+        *,
+        chain: str,
+        signer: Any,
+        key_id: str,
+        checkpoint_interval_s: float = 60,
+        failure_policy: FailurePolicy = FailurePolicy.FAIL_CLOSED,
+        backlog_limit: int = 100_000,
+        retry_interval_s: float = 2.0,
+        max_batch: int = 4096,
+        clock: Callable[[], int] = now_ms,
+        settings: AuditSettings | None = None,
+        verifier: Verifier | None = None,
+    ) -> None:
+        self._store_factory = store_factory
+        self.settings = settings
+        self._clock = clock
+        self._verifier = verifier
+        self._closing = False
+        """Set when ``close`` starts: the log's own events are no longer appended (they would
+        follow the closing checkpoint)."""
+        self.recovery: RecoveryInfo | None = None
+        self._writer = ChainWriter(
+            store_factory,
+            chain=chain,
+            signer=signer,
+            key_id=key_id,
+            checkpoint_interval_s=checkpoint_interval_s,
+            failure_policy=failure_policy,
+            backlog_limit=backlog_limit,
+            max_batch=max_batch,
+            clock=clock,
+        )
+        self._reader = Reader(store_factory, verifier)
+        writer = self._writer
+        self._scheduler = Scheduler(
+            chain,
+            interval_s=checkpoint_interval_s,
+            retry_interval_s=retry_interval_s,
+            healthy=lambda: writer.healthy,
+            last_checkpoint_at=lambda: writer.last_checkpoint_monotonic,
+            checkpoint=lambda: writer.checkpoint(CheckpointKind.PERIODIC),
+            usage_path=self._usage_path,
+            disk_warn_ratio=settings.disk_warn_ratio if settings is not None else None,
+            retention=self._retention if settings is not None and settings.retention_enabled else None,
+            retention_interval_s=settings.retention_interval_s if settings is not None else 86_400,
+        )
 
     @classmethod
     async def open(
@@ -90,12 +145,12 @@ class AuditLog(ChainRecovery, Scheduling, Reading):
             )
         if signer is None:
             signer = load_signer(settings)
-        key_id = signer.public_key().key_id
+        verifier = signer.public_key()
         self = cls(
             lambda: open_store(settings),
             chain=settings.node_id,
             signer=signer,
-            key_id=key_id,
+            key_id=verifier.key_id,
             checkpoint_interval_s=settings.checkpoint_interval_s,
             failure_policy=settings.failure_policy,
             backlog_limit=settings.backlog_limit,
@@ -103,8 +158,8 @@ class AuditLog(ChainRecovery, Scheduling, Reading):
             max_batch=settings.max_batch,
             clock=clock,
             settings=settings,
+            verifier=verifier,
         )
-        self._verifier = signer.public_key()
         if settings.syslog is not None:
             self.attach_shipper(SyslogShipper(settings.syslog, tsa=settings.tsa, on_state=self._shipping_event))
         await self.start(start_ticker=start_ticker)
@@ -121,8 +176,7 @@ class AuditLog(ChainRecovery, Scheduling, Reading):
 
     def attach_shipper(self, shipper: SyslogShipper) -> None:
         """Ship every checkpoint (and, with ``ship_records``, every record) through ``shipper``."""
-        self._shipper = shipper
-        self._ship_records = shipper.settings.ship_records
+        self._writer.attach_shipper(shipper)
 
     async def _shipping_event(self, state: str, detail: dict[str, Any]) -> None:
         outcome = {"up": "OK", "lost": "DATA_LOSS"}.get(state, "UNAVAILABLE")
@@ -140,24 +194,30 @@ class AuditLog(ChainRecovery, Scheduling, Reading):
                 _internal=True,
             )
 
+    def _open_sync(self) -> RecoveryInfo:
+        """Encoder thread: check the chain's end, hand it to the writer, seal it."""
+        opened = open_chain(self._store_factory, self.chain, self._verifier)
+        kind, extra = opened.seal()
+        self._writer.adopt(opened.store, opened.position, kind, extra)
+        return opened.info
+
     async def start(self, *, start_ticker: bool = True) -> None:
-        loop = asyncio.get_running_loop()
-        self._loop, self._loop_thread = loop, threading.get_ident()
+        """Open the chain (``_open_sync``), start the writer, the shipper and (``start_ticker``) the
+        scheduler; record ``audit_recovered`` after an unclean shutdown. Raises as :meth:`open`."""
+        writer = self._writer
         try:
-            await loop.run_in_executor(self._executor, self._open_sync)
+            self.recovery = await writer.on_encoder(self._open_sync)
         except AuditStoreError as exc:
-            self._executor.shutdown(wait=False)
-            self._commit_executor.shutdown(wait=False)
+            writer.abandon()
             raise AuditUnavailable(f"audit store unreachable at start: {exc}") from None
         except BaseException:
-            self._executor.shutdown(wait=False)
-            self._commit_executor.shutdown(wait=False)
+            writer.abandon()
             raise
-        self._writer_task = asyncio.create_task(self._writer(), name="audit-writer")
-        if self._shipper is not None:
-            self._shipper.start()
+        writer.start()
+        if writer.shipper is not None:
+            writer.shipper.start()
         if start_ticker:
-            self._ticker_task = asyncio.create_task(self._ticker(), name="audit-checkpointer")
+            self._scheduler.start()
         metrics.HEALTHY.set(1)
         if self.recovery is not None and self.recovery.unclean_shutdown:
             log.warning(
@@ -179,42 +239,80 @@ class AuditLog(ChainRecovery, Scheduling, Reading):
             )
 
     @property
+    def chain(self) -> str:
+        """The chain this log writes (``settings.node_id``)."""
+        return self._writer.chain
+
+    @property
+    def key_id(self) -> str:
+        """The key id of the key that signs the checkpoints."""
+        return self._writer.key_id
+
+    @property
+    def checkpoint_interval_s(self) -> float:
+        return self._writer.checkpoint_interval_s
+
+    @property
+    def failure_policy(self) -> FailurePolicy:
+        return self._writer.failure_policy
+
+    @property
+    def last_error(self) -> str | None:
+        """Why the store last refused a write, ``None`` while it takes them."""
+        return self._writer.last_error
+
+    @property
+    def disk_warning(self) -> str | None:
+        """The disk watermark warning of the last scheduled check, ``None`` below it."""
+        return self._scheduler.disk_warning
+
+    @property
+    def writer(self) -> ChainWriter:
+        """The chain writer (retention runs its jobs and checkpoints through it)."""
+        return self._writer
+
+    @property
+    def _store(self) -> Store | None:
+        return self._writer.store
+
+    @property
     def healthy(self) -> bool:
         """False while the store refuses writes, or (``fail_closed``) while the anchor buffer for an
         unreachable syslog collector is full (the server reports NOT_SERVING / refuses calls)."""
-        return self._healthy and not self._shipping_blocked()
+        return self._writer.healthy and not self._writer.shipping_blocked()
 
     @property
     def shipper(self) -> SyslogShipper | None:
         """The syslog shipper of the anchors, if one is configured."""
-        return self._shipper
+        return self._writer.shipper
 
     @property
     def last_seq(self) -> int:
-        return self._state.seq
+        return self._writer.seq
 
     @property
     def latest_checkpoint(self) -> SignedCheckpoint | None:
         """The latest signed checkpoint written by this process (AuditService's GetLatestCheckpoint)."""
-        return self._last_checkpoint
+        return self._writer.last_checkpoint
 
     def health_detail(self) -> dict[str, Any]:
         """A small dict for the server's health/diagnostics (no paths or secrets)."""
+        writer, shipper = self._writer, self._writer.shipper
         return {
-            "healthy": self._healthy,
-            "policy": str(self.failure_policy),
-            "last_error": self.last_error,
-            "backlog": len(self._state.backlog),
+            "healthy": writer.healthy,
+            "policy": str(writer.failure_policy),
+            "last_error": writer.last_error,
+            "backlog": writer.backlog,
             "disk_warning": self.disk_warning,
-            "last_seq": self._state.seq,
+            "last_seq": writer.seq,
             **self._anchor_detail(),
             **(
                 {
-                    "syslog_connected": self._shipper.connected,
-                    "syslog_buffered": self._shipper.buffered,
-                    "syslog_lost": self._shipper.lost,
+                    "syslog_connected": shipper.connected,
+                    "syslog_buffered": shipper.buffered,
+                    "syslog_lost": shipper.lost,
                 }
-                if self._shipper is not None
+                if shipper is not None
                 else {}
             ),
         }
@@ -227,52 +325,74 @@ class AuditLog(ChainRecovery, Scheduling, Reading):
         waiver = self.settings.anchor_waiver if posture == "waived" else None
         return {"anchor": posture, **({"anchor_waiver": waiver} if waiver else {})}
 
+    def _usage_path(self) -> str | None:
+        store = self._writer.store
+        return store.usage_path() if store is not None else None
+
+    async def _retention(self) -> None:
+        await run_retention(self)
+
+    async def append(self, record: AuditRecord, *, _internal: bool = False) -> int | None:
+        """Append ``record``; return its sequence number once it is durably stored.
+
+        ``fail_closed``: raises :class:`AuditUnavailable` if it cannot be stored, or while the
+        anchor buffer of an unreachable syslog collector is full.
+        ``log_and_continue``: returns ``None`` instead (the record waits in a bounded backlog).
+        Raises :class:`AuditEncodingError` for a record that cannot be encoded.
+        """
+        return await self._writer.append(record, _internal=_internal)
+
+    async def run_in_writer(self, fn: Callable[[Store, ChainWriter], Any]) -> Any:
+        """Run ``fn(store, writer)`` on the writer thread between batches (retention uses this)."""
+        return await self._writer.run_in_writer(fn)
+
+    async def query(self, flt: QueryFilter) -> list[StoredRecord]:
+        """Run a query on a separate connection in a worker thread (``Reader.query``)."""
+        return await self._reader.query(flt)
+
+    async def verify(self, keys: list[Any] | None = None, **kwargs: Any) -> VerifyReport:
+        """Verify the store (all chains) in a worker thread (``Reader.verify``, which documents the
+        arguments and errors). Returns a ``VerifyReport``; the caller records an
+        ``audit_verified`` event with its outcome."""
+        return await self._reader.verify(keys, **kwargs)
+
+    def stream(self, flt: QueryFilter, *, chunk: int = 500) -> AsyncIterator[dict[str, Any]]:
+        """Matching records as export dicts, streamed in chunks of ``chunk`` (``Reader.stream``)."""
+        return self._reader.stream(flt, chunk=chunk)
+
     async def checkpoint(self, kind: CheckpointKind = CheckpointKind.PERIODIC) -> SignedCheckpoint:
         """Write a signed checkpoint now (after everything appended before this call)."""
-        if self._closed:
+        if self._writer.closed:
             raise AuditUnavailable("the audit log is closed")
-        return await self._submit("cp", (kind, {}))
+        return await self._writer.checkpoint(kind)
 
     async def close(self) -> None:
         """Flush everything queued, write the closing checkpoint, release the store."""
-        if self._closed:
+        writer = self._writer
+        if writer.closed:
             return
         self._closing = True
-        if self._ticker_task is not None:
-            self._ticker_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._ticker_task
+        await self._scheduler.cancel()
         try:
-            await self._submit("cp", (CheckpointKind.CLOSE, {}))
+            await writer.checkpoint(CheckpointKind.CLOSE)
         except AuditError as exc:
             log.error(
                 "audit_close_checkpoint_failed",
                 chain=self.chain,
                 error=str(exc),
-                backlog_lost=len(self._state.backlog) + self._state.pending_lost,
+                backlog_lost=writer.backlog + writer.pending_lost,
             )
-        self._closed = True
-        self._pending.append(None)
-        self._wake.set()
-        if self._writer_task is not None:
-            await self._writer_task
-        if self._shipper is not None:
-            await self._shipper.close()
-        await asyncio.get_running_loop().run_in_executor(self._executor, self._close_store)
-        self._executor.shutdown(wait=True)
-        self._commit_executor.shutdown(wait=True)
+        await writer.stop()
+        if writer.shipper is not None:
+            await writer.shipper.close()
+        await writer.release()
 
     async def abort(self) -> None:
         """Stop without a closing checkpoint (tests: simulates a crash)."""
-        self._closed = True
-        if self._shipper is not None:
-            await self._shipper.close(timeout_s=0)
-        for task in (self._ticker_task, self._writer_task):
-            if task is not None:
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
-        await asyncio.to_thread(self._commit_executor.shutdown, wait=True)  # let a running write end
-        await asyncio.get_running_loop().run_in_executor(self._executor, self._close_store)
-        self._executor.shutdown(wait=True)
-        self._commit_executor.shutdown(wait=True)
+        writer = self._writer
+        writer.closed = True
+        if writer.shipper is not None:
+            await writer.shipper.close(timeout_s=0)
+        await self._scheduler.cancel()
+        await writer.cancel()
+        await writer.release(after_cancel=True)  # let a running write end

@@ -1,25 +1,33 @@
-"""Reads through ``AuditLog`` (the server's ``AuditService``): queries, streamed exports and
-verification, each on its own store connection in a worker thread."""
+"""``Reader``: reads through ``AuditLog`` (the server's ``AuditService``): queries, streamed
+exports and verification, each on its own store connection in a worker thread. It is given
+only how to open a store connection and the key that verifies this server's checkpoints."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import threading
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import structlog
 
+from audit.chain import Verifier
 from audit.errors import AuditConfigError, AuditStoreError, AuditUnavailable
-from audit.stores import QueryFilter, StoredRecord
-from audit.writer import LogCore
+from audit.query import query_records
+from audit.stores import QueryFilter, Store, StoredRecord
+from audit.verify import VerifyReport, verify_store
 
 log = structlog.get_logger("xinserve.audit")
 
 
-class Reading(LogCore):
-    """``AuditLog``'s read side."""
+class Reader:
+    """``AuditLog``'s read side: ``store_factory`` opens a connection, ``verifier`` is the
+    default key of :meth:`verify`."""
+
+    def __init__(self, store_factory: Callable[[], Store], verifier: Verifier | None) -> None:
+        self._store_factory = store_factory
+        self._verifier = verifier
 
     async def query(self, flt: QueryFilter) -> list[StoredRecord]:
         """Run a query on a separate connection in a worker thread."""
@@ -30,7 +38,7 @@ class Reading(LogCore):
 
         return await asyncio.to_thread(run)
 
-    async def verify(self, keys: list[Any] | None = None, **kwargs: Any) -> Any:
+    async def verify(self, keys: list[Any] | None = None, **kwargs: Any) -> VerifyReport:
         """Verify the store (all chains) in a worker thread: ``audit.verify.verify_store``.
 
         ``keys`` default to this server's public key; keyword arguments (``chain``, ``start``,
@@ -39,13 +47,11 @@ class Reading(LogCore):
         and from ``verify_store``: ``UnknownChainError`` (no such chain), ``AuditRangeError`` (bad
         range, or ``start`` past the chain's last record) and ``AuditStoreError``.
         """
-        from audit.verify import verify_store
-
-        trusted = keys if keys is not None else [self._verifier]
+        trusted: list[Any] = keys if keys is not None else [self._verifier]
         if not trusted or trusted[0] is None:
             raise AuditConfigError("no public key to verify with")
 
-        def run() -> Any:
+        def run() -> VerifyReport:
             with self._store_factory() as store:
                 return verify_store(store, trusted, **kwargs)
 
@@ -57,8 +63,6 @@ class Reading(LogCore):
         For ``AuditService``'s JSON-lines export: a worker thread reads on its own connection
         and hands over chunks through a bounded queue, so memory stays flat for any range.
         """
-        from audit.query import query_records
-
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[Any] = asyncio.Queue(maxsize=4)
         stop = threading.Event()

@@ -1,21 +1,24 @@
-"""Open-time recovery of ``AuditLog``: check the end of the chain, seal a crashed tail.
+"""Open-time recovery of a chain: check the end of the chain, find a crashed tail.
 
 Checks (docs/audit.md, *Crashes and torn records*): the tables are as created, the last
 checkpoint's form and signature, that the last signed record re-chains to the signed head, and
-that an unsigned tail chains from it; the chain is then sealed by an ``open`` or ``recovery``
-checkpoint.
+that an unsigned tail chains from it. :func:`open_chain` returns the chain's position and what
+it found (:class:`RecoveryInfo`); the writer then seals the chain with an ``open`` or
+``recovery`` checkpoint (:meth:`OpenedChain.seal`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import structlog
 
-from audit.chain import GENESIS, Checkpoint, CheckpointKind, chain_hash
+from audit.chain import GENESIS, Checkpoint, CheckpointKind, SignedCheckpoint, Verifier, chain_hash
 from audit.errors import AuditEncodingError, AuditError
 from audit.stores import Store
-from audit.writer import LogCore, RecoveryInfo
+from trust.errors import InvalidSignature
 
 log = structlog.get_logger("xinserve.audit")
 
@@ -24,110 +27,116 @@ class AuditIntegrityError(AuditError):
     """At open, the last checkpoint or the unsigned tail does not verify: the log was altered."""
 
 
-class ChainRecovery(LogCore):
-    """``AuditLog``'s open-time checks."""
+@dataclass(frozen=True, slots=True)
+class RecoveryInfo:
+    """What :meth:`AuditLog.open` found: a clean previous close, or a crash it recovered from."""
 
-    def _open_sync(self) -> None:
-        store = self._store_factory()
+    unclean_shutdown: bool
+    previous_checkpoint: int | None
+    unsigned_tail: int
+    """Records after the previous checkpoint, now covered by the recovery checkpoint."""
+    last_seq: int
+
+
+@dataclass(frozen=True, slots=True)
+class OpenedChain:
+    """A chain checked at open: its store (writer lock held), where it stands, what was found."""
+
+    store: Store
+    position: tuple[int, bytes, int, bytes]
+    """``(last seq, its chain hash, last checkpoint n, that checkpoint's digest)``."""
+    info: RecoveryInfo
+
+    def seal(self) -> tuple[CheckpointKind, dict[str, Any]]:
+        """The kind and extra fields of the checkpoint that seals the chain now: ``open``, or
+        ``recovery`` after an unclean shutdown (with ``unsigned_tail``)."""
+        if self.info.unclean_shutdown:
+            return CheckpointKind.RECOVERY, {"unclean_shutdown": True, "unsigned_tail": self.info.unsigned_tail}
+        return CheckpointKind.OPEN, {}
+
+
+def open_chain(store_factory: Callable[[], Store], chain: str, verifier: Verifier | None) -> OpenedChain:
+    """Open the store, create its tables if there are none, take the writer lock of ``chain``
+    and check its end (module docstring); the last checkpoint's signature is checked when
+    ``verifier`` has its key id. Raises ``AuditIntegrityError`` (the log was altered),
+    ``WriterConflict`` and ``AuditStoreError``; the store is closed when it raises."""
+    store = store_factory()
+    try:
+        return _recover(store, chain, verifier)
+    except BaseException:
+        store.close()
+        raise
+
+
+def _recover(store: Store, chain: str, verifier: Verifier | None) -> OpenedChain:
+    if store.schema_exists():
+        altered = store.schema_problems()
+        if altered:
+            raise AuditIntegrityError(
+                f"the audit store's tables were altered ({'; '.join(altered)}); run `xinserve audit verify`"
+            )
+    store.create_schema()
+    store.lock_writer(chain)
+    head = store.head(chain)
+    try:
+        last = store.last_checkpoint(chain)
+    except AuditEncodingError:
+        raise AuditIntegrityError(
+            "the last audit checkpoint is malformed (altered); run `xinserve audit verify`"
+        ) from None
+    if last is not None:
+        return _from_checkpoint(store, chain, last, head, verifier)
+    if head is not None:
+        # Records but no checkpoint at all: only legitimate if the first checkpoint was
+        # never written (crash within the first interval). Re-chain from genesis.
+        tail = _rechain(store, chain, 0, GENESIS, "")
+        return OpenedChain(store, (head[0], head[1], 0, GENESIS), RecoveryInfo(True, None, tail, head[0]))
+    return OpenedChain(store, (0, GENESIS, 0, GENESIS), RecoveryInfo(False, None, 0, 0))
+
+
+def _from_checkpoint(
+    store: Store, chain: str, last: SignedCheckpoint, head: tuple[int, bytes] | None, verifier: Verifier | None
+) -> OpenedChain:
+    cp = last.checkpoint
+    if verifier is not None and cp.key_id == verifier.key_id:
         try:
-            if store.schema_exists():
-                altered = store.schema_problems()
-                if altered:
-                    raise AuditIntegrityError(
-                        f"the audit store's tables were altered ({'; '.join(altered)}); run `xinserve audit verify`"
-                    )
-            store.create_schema()
-            store.lock_writer(self.chain)
-            head = store.head(self.chain)
-            try:
-                last = store.last_checkpoint(self.chain)
-            except AuditEncodingError:
-                raise AuditIntegrityError(
-                    "the last audit checkpoint is malformed (altered); run `xinserve audit verify`"
-                ) from None
-        except BaseException:
-            store.close()
-            raise
-        self._store = store
-        st = self._state
-        prev_n: int | None = None
-        tail = 0
-        unclean = False
-        if last is not None:
-            cp = last.checkpoint
-            prev_n = cp.n
-            verifier = self._verifier
-            if verifier is not None and cp.key_id == verifier.key_id:
-                from trust.errors import InvalidSignature
-
-                try:
-                    verifier.verify(last.signature, last.payload)
-                except InvalidSignature:
-                    store.close()
-                    raise AuditIntegrityError(
-                        f"the last audit checkpoint (n={cp.n}) has an invalid signature; run `xinserve audit verify`"
-                    ) from None
-            elif verifier is not None:
-                log.warning("audit_checkpoint_key_rotated", chain=self.chain, old_key_id=cp.key_id)
-            st.cp_n, st.cp_digest = cp.n, last.checkpoint.digest()
-            st.seq, st.head = cp.tree_size, cp.head
-            if head is not None and head[0] < cp.tree_size:
-                store.close()
-                raise AuditIntegrityError(
-                    f"audit records end at {head[0]} but checkpoint n={cp.n} covers {cp.tree_size}; "
-                    "run `xinserve audit verify`"
-                )
-            problem = _signed_record_problem(store, self.chain, cp, self._verifier)
-            if problem is not None:
-                store.close()
-                raise AuditIntegrityError(f"{problem}; run `xinserve audit verify`")
-            # Re-chain the unsigned tail (records after the last checkpoint) to verify it.
-            if head is not None and head[0] > cp.tree_size:
-                h = cp.head
-                expect = cp.tree_size + 1
-                for seq, body, stored_hash in store.iter_hashes(self.chain, cp.tree_size + 1, None):
-                    h = chain_hash(h, body)
-                    if seq != expect or h != stored_hash:
-                        store.close()
-                        raise AuditIntegrityError(
-                            f"audit record {expect} after checkpoint n={cp.n} does not chain; "
-                            "run `xinserve audit verify`"
-                        )
-                    expect += 1
-                    tail += 1
-                st.seq, st.head = head
-            unclean = cp.kind is not CheckpointKind.CLOSE or tail > 0
-        elif head is not None:
-            # Records but no checkpoint at all: only legitimate if the first checkpoint was
-            # never written (crash within the first interval). Re-chain from genesis.
-            h = GENESIS
-            expect = 1
-            for seq, body, stored_hash in store.iter_hashes(self.chain, 1, None):
-                h = chain_hash(h, body)
-                if seq != expect or h != stored_hash:
-                    store.close()
-                    raise AuditIntegrityError(f"audit record {expect} does not chain; run `xinserve audit verify`")
-                expect += 1
-                tail += 1
-            st.seq, st.head = head
-            unclean = True
-        kind = CheckpointKind.RECOVERY if unclean else CheckpointKind.OPEN
-        extra: dict[str, Any] = {}
-        if unclean:
-            extra = {"unclean_shutdown": True, "unsigned_tail": tail}
-        self.recovery = RecoveryInfo(unclean, prev_n, tail, st.seq)
-        cp_signed = self._make_checkpoint(kind, extra)
-        try:
-            store.write([], [cp_signed])
-        except BaseException:
-            self._state.cp_n -= 1
-            store.close()
-            self._store = None
-            raise
-        self._after_checkpoint(cp_signed)
+            verifier.verify(last.signature, last.payload)
+        except InvalidSignature:
+            raise AuditIntegrityError(
+                f"the last audit checkpoint (n={cp.n}) has an invalid signature; run `xinserve audit verify`"
+            ) from None
+    elif verifier is not None:
+        log.warning("audit_checkpoint_key_rotated", chain=chain, old_key_id=cp.key_id)
+    seq, h = cp.tree_size, cp.head
+    if head is not None and head[0] < cp.tree_size:
+        raise AuditIntegrityError(
+            f"audit records end at {head[0]} but checkpoint n={cp.n} covers {cp.tree_size}; run `xinserve audit verify`"
+        )
+    problem = _signed_record_problem(store, chain, cp, verifier)
+    if problem is not None:
+        raise AuditIntegrityError(f"{problem}; run `xinserve audit verify`")
+    tail = 0
+    # Re-chain the unsigned tail (records after the last checkpoint) to verify it.
+    if head is not None and head[0] > cp.tree_size:
+        tail = _rechain(store, chain, cp.tree_size, cp.head, f" after checkpoint n={cp.n}")
+        seq, h = head
+    unclean = cp.kind is not CheckpointKind.CLOSE or tail > 0
+    return OpenedChain(store, (seq, h, cp.n, cp.digest()), RecoveryInfo(unclean, cp.n, tail, seq))
 
 
-def _signed_record_problem(store: Store, chain: str, cp: Checkpoint, verifier: Any = None) -> str | None:
+def _rechain(store: Store, chain: str, after: int, h: bytes, where: str) -> int:
+    """Re-chain the records after ``after`` from its hash ``h``; how many there are.
+    ``AuditIntegrityError`` naming the first that does not chain (``where`` it is)."""
+    expect = after + 1
+    for seq, body, stored_hash in store.iter_hashes(chain, after + 1, None):
+        h = chain_hash(h, body)
+        if seq != expect or h != stored_hash:
+            raise AuditIntegrityError(f"audit record {expect}{where} does not chain; run `xinserve audit verify`")
+        expect += 1
+    return expect - after - 1
+
+
+def _signed_record_problem(store: Store, chain: str, cp: Checkpoint, verifier: Verifier | None = None) -> str | None:
     """Why the record at ``cp.tree_size`` does not have the head ``cp`` signs, or ``None``.
 
     Recomputes ``SM3(h[tree_size-1] || body[tree_size])`` from the record's stored body and its
@@ -157,13 +166,11 @@ def _signed_record_problem(store: Store, chain: str, cp: Checkpoint, verifier: A
     return None
 
 
-def _purge_anchor(store: Store, chain: str, through: int, verifier: Any = None) -> bytes | None:
+def _purge_anchor(store: Store, chain: str, through: int, verifier: Verifier | None = None) -> bytes | None:
     """``anchor_hash`` of a purge checkpoint that removed records through ``through``, if any.
 
     With ``verifier``, a purge checkpoint signed with its key must carry a valid signature.
     """
-    from trust.errors import InvalidSignature
-
     for _, payload, signature in store.raw_checkpoints(chain):
         try:
             cp = Checkpoint.from_payload(payload)

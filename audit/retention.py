@@ -20,21 +20,19 @@ import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import structlog
 
 from audit import metrics
 from audit.archive import ARCHIVE_TYPE, file_sm3, read_archive, write_archive
 from audit.chain import GENESIS, CheckpointKind, SignedCheckpoint
-from audit.config import MIN_RETENTION_DAYS
+from audit.config import MIN_RETENTION_DAYS, AuditSettings
 from audit.errors import AuditConfigError, AuditError
 from audit.records import AuditRecord, EventType
+from audit.stores.base import Store
 from audit.verify import DAY_MS, verify_archive_records
-
-if TYPE_CHECKING:
-    from audit.stores.base import Store
-    from audit.writer import LogCore
+from audit.writer import ChainWriter
 
 log = structlog.get_logger("xinserve.audit")
 
@@ -61,6 +59,16 @@ def check_disk(path: str | os.PathLike[str], warn_ratio: float = 0.9) -> DiskSta
     return DiskStatus(ratio, usage.free, warning)
 
 
+class RetainedLog(Protocol):
+    """What retention needs of an ``AuditLog``: its settings (the defaults) and its chain writer."""
+
+    @property
+    def settings(self) -> AuditSettings | None: ...
+
+    @property
+    def writer(self) -> ChainWriter: ...
+
+
 @dataclass(frozen=True, slots=True)
 class RetentionResult:
     chain: str
@@ -73,7 +81,7 @@ class RetentionResult:
 
 
 async def run_retention(
-    log_: LogCore,
+    log_: RetainedLog,
     *,
     retention_days: int | None = None,
     archive_dir: Path | None = None,
@@ -86,6 +94,7 @@ async def run_retention(
     clock into the log to test). Raises ``AuditConfigError`` for ``retention_days < 180``.
     """
     settings = log_.settings
+    writer = log_.writer
     days = retention_days if retention_days is not None else (settings.retention_days if settings else None)
     if days is None or days < MIN_RETENTION_DAYS:
         raise AuditConfigError(f"retention_days must be at least {MIN_RETENTION_DAYS}")
@@ -95,17 +104,17 @@ async def run_retention(
         archive_dir = settings.effective_archive_dir()
     if archive_key is None and settings is not None and settings.archive_encrypt:
         archive_key = settings.load_content_key()
-    now = now_ms if now_ms is not None else log_._clock()
+    now = now_ms if now_ms is not None else writer.clock()
     cutoff = now - days * DAY_MS
 
-    def job(store: Store, lg: LogCore) -> RetentionResult:
+    def job(store: Store, lg: ChainWriter) -> RetentionResult:
         return _retention_sync(store, lg, days, cutoff, archive_dir, archive_key)
 
-    result: RetentionResult = await log_.run_in_writer(job)
-    await log_.append(
+    result: RetentionResult = await writer.run_in_writer(job)
+    await writer.append(
         AuditRecord(
             event=EventType.RETENTION_RUN,
-            time_ms=log_._clock(),
+            time_ms=writer.clock(),
             detail={
                 "retention_days": days,
                 "cutoff_ms": cutoff,
@@ -115,12 +124,12 @@ async def run_retention(
             },
         )
     )
-    log.info("audit_retention_run", chain=log_.chain, purged=result.purged, cutoff_ms=cutoff)
+    log.info("audit_retention_run", chain=writer.chain, purged=result.purged, cutoff_ms=cutoff)
     return result
 
 
 def _retention_sync(
-    store: Store, lg: LogCore, days: int, cutoff: int, archive_dir: Path, key: bytes | None
+    store: Store, lg: ChainWriter, days: int, cutoff: int, archive_dir: Path, key: bytes | None
 ) -> RetentionResult:
     chain = lg.chain
     bounds = store.bounds(chain)
@@ -168,10 +177,8 @@ def _retention_sync(
     if not isinstance(checked, tuple) or checked != (through, anchor):
         raise AuditError("the archive does not re-verify; nothing was purged")
     digest = file_sm3(path)
-    st = lg._state
-    saved = (st.cp_n, st.cp_digest)
     assert anchor is not None
-    cp = lg._make_checkpoint(
+    cp, n = lg.commit_checkpoint(
         CheckpointKind.PURGE,
         {
             "purged_from": start,
@@ -183,13 +190,8 @@ def _retention_sync(
             "archive_sm3": digest.hex(),
             "records": through - start + 1,
         },
+        lambda cp: store.purge(chain, through, cp),
     )
-    try:
-        n = store.purge(chain, through, cp)
-    except BaseException:
-        st.cp_n, st.cp_digest = saved
-        raise
-    lg._after_checkpoint(cp)
     return RetentionResult(chain, cutoff, n, start, through, path, cp)
 
 

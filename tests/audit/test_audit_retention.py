@@ -92,7 +92,7 @@ async def test_early_purge_fails_verification_even_if_signed(sqlite_backend: Bac
 
     def rogue(store, lg):
         anchor = store.hash_at("node-a", 5)
-        cp = lg._make_checkpoint(
+        cp = lg.make_checkpoint(
             CheckpointKind.PURGE,
             {
                 "purged_from": 1,
