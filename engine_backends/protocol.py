@@ -185,8 +185,23 @@ class Engine(Protocol):
         """Abort a running request; False if no such request is running."""
         ...
 
-    async def embed(self, request_id: str, inputs: Sequence[str], normalize: bool | None) -> EmbedResult:
-        """Embed texts (pooling models only)."""
+    async def embed(
+        self,
+        request_id: str,
+        inputs: Sequence[str | Sequence[int]],
+        normalize: bool | None,
+        dimensions: int | None = None,
+    ) -> EmbedResult:
+        """Embed texts or token-id lists (pooling models only), one vector per input.
+
+        ``dimensions``: keep the first that many of each vector before normalizing (vLLM's
+        ``PoolingParams.dimensions``, for Matryoshka models only).
+
+        Raises:
+            InvalidRequestError: naming ``inputs[i]`` (too long for the context),
+                ``inputs[i][j]`` (a token id outside the vocabulary) or ``dimensions`` (the
+                model is no Matryoshka model, or does not offer that size).
+        """
         ...
 
     async def tokenize(self, text: str, add_special_tokens: bool) -> list[int]: ...

@@ -401,10 +401,39 @@ class StructuredOutputCheck:
             return True
 
 
-def make_pooling_params(normalize: bool | None) -> PoolingParams:
-    """Pooling parameters for an embedding; ``normalize`` None keeps the model's pooler config."""
+def make_pooling_params(normalize: bool | None, dimensions: int | None = None) -> PoolingParams:
+    """Pooling parameters for an embedding; ``normalize`` None keeps the model's pooler config;
+    ``dimensions`` keeps the first that many of the vector (Matryoshka models)."""
     switch: dict[str, Any] = {_POOLING_SWITCH: normalize}
+    if dimensions is not None:
+        switch["dimensions"] = dimensions
     return PoolingParams(task="embed", **switch)
+
+
+def matryoshka_dimensions(llm: AsyncLLM) -> tuple[int, bool, tuple[int, ...] | None]:
+    """``(embedding size, is a Matryoshka model, the sizes it lists or None for any)``, from
+    vLLM's ``ModelConfig`` (``embedding_size``, ``is_matryoshka``, ``matryoshka_dimensions``:
+    the Hugging Face config's ``is_matryoshka`` / ``matryoshka_dimensions``), which
+    ``PoolingParams`` checks a requested ``dimensions`` against."""
+    mc = llm.model_config
+    sizes = getattr(mc, "matryoshka_dimensions", None)
+    return (
+        int(getattr(mc, "embedding_size", None) or mc.get_hidden_size()),
+        bool(getattr(mc, "is_matryoshka", False)),
+        tuple(int(d) for d in sizes) if sizes else None,
+    )
+
+
+def dimensions_refusal(dimensions: int, size: int, matryoshka: bool, sizes: tuple[int, ...] | None) -> str | None:
+    """Why vLLM's ``PoolingParams`` would refuse ``dimensions`` for a model of embedding size
+    ``size`` (``matryoshka_dimensions``), worded for the client; None when it is accepted."""
+    if not matryoshka:
+        return f"is not supported by this model (no Matryoshka embeddings); leave it out for its {size} dimensions"
+    if not 1 <= dimensions <= size:
+        return f"must be in [1, {size}] for this model, got {dimensions}"
+    if sizes is not None and dimensions not in sizes:
+        return f"must be one of the model's Matryoshka dimensions {list(sizes)}, got {dimensions}"
+    return None
 
 
 async def render_token_prompt(llm: AsyncLLM, token_ids: Sequence[int]) -> Any:

@@ -458,15 +458,29 @@ class VllmEngine:
 
     # -- embeddings --------------------------------------------------------------------
 
-    async def embed(self, request_id: str, inputs: Sequence[str], normalize: bool | None) -> EmbedResult:
+    async def embed(
+        self,
+        request_id: str,
+        inputs: Sequence[str | Sequence[int]],
+        normalize: bool | None,
+        dimensions: int | None = None,
+    ) -> EmbedResult:
         llm = self._require()
         if self._kind != "embed":
             raise InvalidRequestError("model", f"model {self._name!r} is not an embedding model")
-        params = vc.make_pooling_params(normalize)
+        if dimensions is not None:
+            why = vc.dimensions_refusal(dimensions, *vc.matryoshka_dimensions(llm))
+            if why is not None:
+                raise InvalidRequestError("dimensions", why)
+        params = vc.make_pooling_params(normalize, dimensions)
         limit = self.info.max_model_len
         encoded: list[list[int]] = []
-        for i, text in enumerate(inputs):
-            ids = await self.tokenize(text, add_special_tokens=True)
+        for i, item in enumerate(inputs):
+            if isinstance(item, str):
+                ids = await self.tokenize(item, add_special_tokens=True)
+            else:
+                ids = list(item)
+                self._check_ids(f"inputs[{i}]", ids)
             if len(ids) > limit:
                 raise InvalidRequestError(f"inputs[{i}]", f"the input is {len(ids)} tokens; the limit is {limit}")
             encoded.append(ids)

@@ -493,30 +493,55 @@ class Inference:
 
     # -- embeddings, tokenizer, abort ----------------------------------------------------
 
-    async def embed(self, request: inference_pb2.EmbedRequest, info: CallRecord) -> inference_pb2.EmbedResponse:
-        """``Embed``: one vector per input, in input order."""
+    async def embed(
+        self,
+        request: inference_pb2.EmbedRequest,
+        info: CallRecord,
+        token_inputs: list[list[int]] | None = None,
+        dimensions: int | None = None,
+    ) -> inference_pb2.EmbedResponse:
+        """``Embed``: one vector per input, in input order.
+
+        Args:
+            request: the call; its ``inputs`` are the texts unless ``token_inputs`` is given.
+            token_inputs: token-id lists to embed instead of texts (OpenAI's token-id
+                ``input``), bounded by ``limits.max_token_ids`` in all.
+            dimensions: keep the first that many dimensions (OpenAI's ``dimensions``), for
+                Matryoshka models only (the engine refuses it for others).
+
+        Raises:
+            RpcError: INVALID_ARGUMENT naming ``inputs``/``inputs[i]`` (none, too many, empty,
+                too large, too long for the context, a token id outside the vocabulary) or
+                ``dimensions``; PERMISSION_DENIED, NOT_FOUND, UNAVAILABLE for the model.
+        """
         v = Violations()
         check_model_name(request.model, v)
         rid = resolve_request_id(request.request_id, info.request_id, v)
         info.request_id = rid
         info.model = request.model or None
-        if not request.inputs:
+        inputs: list[str | list[int]] = list(token_inputs) if token_inputs is not None else list(request.inputs)
+        if not inputs:
             v.add("inputs", "at least one input is required")
-        elif len(request.inputs) > self._limits.max_embed_inputs:
-            v.add("inputs", f"at most {self._limits.max_embed_inputs} inputs, got {len(request.inputs)}")
+        elif len(inputs) > self._limits.max_embed_inputs:
+            v.add("inputs", f"at most {self._limits.max_embed_inputs} inputs, got {len(inputs)}")
         else:
-            for i, text in enumerate(request.inputs):
-                if not text:
+            for i, item in enumerate(inputs):
+                if not item:
                     v.add(f"inputs[{i}]", "must not be empty")
-            check_text_size(v, "inputs", sum(len(t.encode("utf-8")) for t in request.inputs), self._limits)
+            if token_inputs is not None:
+                check_token_ids(v, "inputs", sum(len(ids) for ids in token_inputs), self._limits)
+            else:
+                check_text_size(v, "inputs", sum(len(t.encode("utf-8")) for t in request.inputs), self._limits)
+        if dimensions is not None and dimensions < 1:
+            v.add("dimensions", f"must be at least 1, got {dimensions}")
         v.raise_if_any()
         self._policy.authorize_model(info.principal, info.method, request.model)
         engine = self._rt.engine_for(request.model, "embed")
         info.manifest_digest = self._rt.models[request.model].manifest_digest or None
-        info.prompt = "\x1e".join(request.inputs)
+        info.prompt = "\x1e".join(item if isinstance(item, str) else ",".join(map(str, item)) for item in inputs)
         normalize = request.normalize if request.HasField("normalize") else None
         with self._rt.running_request(rid, engine, info.principal.name):
-            result = await engine.embed(rid, list(request.inputs), normalize)
+            result = await engine.embed(rid, inputs, normalize, dimensions)
         info.prompt_tokens = result.prompt_tokens
         metrics.PROMPT_TOKENS.labels(engine.info.name).inc(result.prompt_tokens)
         return inference_pb2.EmbedResponse(

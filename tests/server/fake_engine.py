@@ -59,7 +59,9 @@ class FakeEngine:
         """No tool-call parser (``info.tool_call_parser`` is None)."""
         return None
 
-    async def embed(self, request_id: str, inputs: Sequence[str], normalize: bool | None) -> EmbedResult:
+    async def embed(
+        self, request_id: str, inputs: Sequence[str | Sequence[int]], normalize: bool | None, dimensions=None
+    ) -> EmbedResult:
         self._alive()
         return EmbedResult([[1.0] for _ in inputs], len(inputs))
 

@@ -423,13 +423,22 @@ def chat_request(body: ChatBody, request_id: str) -> inference_pb2.ChatRequest:
 
 
 def embed_request(body: EmbeddingBody, request_id: str) -> inference_pb2.EmbedRequest:
-    """An ``EmbedRequest`` for ``POST /v1/embeddings`` (text inputs only)."""
-    if body.dimensions is not None:
-        _refuse("dimensions", "is not supported (the model's dimension is used)")
+    """An ``EmbedRequest`` for ``POST /v1/embeddings``: its text inputs (none when ``input``
+    is token ids: ``embed_token_inputs``)."""
     inputs = [body.input] if isinstance(body.input, str) else body.input
-    if any(not isinstance(x, str) for x in inputs):
-        _refuse("input", "token-id inputs are not supported; send text")
-    return inference_pb2.EmbedRequest(model=body.model, inputs=inputs, request_id=request_id)  # type: ignore[arg-type]
+    texts = [x for x in inputs if isinstance(x, str)]
+    return inference_pb2.EmbedRequest(model=body.model, inputs=texts, request_id=request_id)
+
+
+def embed_token_inputs(body: EmbeddingBody) -> list[list[int]] | None:
+    """The token-id inputs of an embeddings body (OpenAI's ``input`` as one token-id list or
+    a list of them, which LangChain's ``OpenAIEmbeddings`` sends), else None."""
+    value = body.input
+    if isinstance(value, str) or not value or isinstance(value[0], str):
+        return None
+    if isinstance(value[0], int):
+        return [value]  # type: ignore[list-item]
+    return value  # type: ignore[return-value]
 
 
 # -- replies ------------------------------------------------------------------------------

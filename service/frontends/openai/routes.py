@@ -59,6 +59,7 @@ from service.frontends.openai.mapping import (
     completion_response,
     detokenize_request,
     embed_request,
+    embed_token_inputs,
     embedding_response,
     forced_tool,
     merged_completions,
@@ -525,7 +526,8 @@ class OpenAIRoutes:
     async def embeddings(self, request: Request) -> Response:
         async def op(record: CallRecord, data: Any) -> Any:
             body = parse_body(EmbeddingBody, data)
-            reply = await self.ops.embed(embed_request(body, ""), record)
+            tokens = embed_token_inputs(body)
+            reply = await self.ops.embed(embed_request(body, ""), record, tokens, body.dimensions)
             return embedding_response(reply, body.model, body.encoding_format or "float")
 
         return await self._call(request, "openai/embeddings", True, op)
