@@ -136,9 +136,11 @@ def check_tools(request: inference_pb2.ChatRequest, v: Violations, limits: Any) 
 def add_history_tool_fields(request: inference_pb2.ChatRequest, messages: list[dict[str, Any]], v: Violations) -> int:
     """Add each message's ``tool_calls`` (arguments parsed to objects) and ``tool_call_id``
     to the template dicts ``messages`` (one per request message, in order); returns the
-    UTF-8 bytes they hold. Violations: ``messages[i].tool_calls`` on a message that is not
-    the assistant's, ``messages[i].tool_calls[j].name`` / ``.arguments`` (a JSON object in
-    JSON text), ``messages[i].tool_call_id`` on a message that is not a tool's."""
+    UTF-8 bytes they hold. Violations, as OpenAI's chat API refuses them:
+    ``messages[i].tool_calls`` on a message that is not the assistant's,
+    ``messages[i].tool_calls[j].id`` missing, ``.name`` missing or not a function name,
+    ``.arguments`` not a JSON object in JSON text, ``messages[i].tool_call_id`` missing on a
+    tool message or present on another."""
     size = 0
     for i, (message, entry) in enumerate(zip(request.messages, messages, strict=False)):
         if message.tool_calls:
@@ -147,7 +149,11 @@ def add_history_tool_fields(request: inference_pb2.ChatRequest, messages: list[d
             calls = []
             for j, call in enumerate(message.tool_calls):
                 size += len(call.id) + len(call.name) + len(call.arguments.encode("utf-8"))
-                if not TOOL_NAME.match(call.name):
+                if not call.id:
+                    v.add(f"messages[{i}].tool_calls[{j}].id", "is required: the id the tool's answer names")
+                if not call.name:
+                    v.add(f"messages[{i}].tool_calls[{j}].name", "is required: the name of the function called")
+                elif not TOOL_NAME.match(call.name):
                     v.add(f"messages[{i}].tool_calls[{j}].name", "must be 1..64 of a-z, A-Z, 0-9, _ and -")
                 arguments = _json_object(call.arguments or "{}")
                 if arguments is None:
@@ -156,6 +162,8 @@ def add_history_tool_fields(request: inference_pb2.ChatRequest, messages: list[d
                     {"id": call.id, "type": "function", "function": {"name": call.name, "arguments": arguments or {}}}
                 )
             entry["tool_calls"] = calls
+        if message.role == "tool" and not message.tool_call_id:
+            v.add(f"messages[{i}].tool_call_id", "is required in a tool message: the id of the tool call it answers")
         if message.HasField("tool_call_id"):
             if message.role != "tool":
                 v.add(f"messages[{i}].tool_call_id", "only a tool message answers a tool call")

@@ -146,3 +146,72 @@ async def test_grpc_a_malformed_tool_choice_is_refused_naming_it(stack, choice, 
     _, inference = stack
     violations = await grpc_violations(inference, grpc_request([tool("small", SMALL)], **choice))
     assert list(violations) == ["tool_choice"] and said in violations["tool_choice"]
+
+
+# -- tool calls and tool results in the history ---------------------------------------------
+
+ASKED = {"role": "user", "content": "weather?"}
+CALLED = {
+    "role": "assistant",
+    "content": None,
+    "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": "small", "arguments": "{}"}}],
+}
+
+
+@pytest.mark.parametrize(
+    ("messages", "param"),
+    [
+        ([ASKED, CALLED, {"role": "tool", "content": "sunny"}], "messages[2].tool_call_id"),
+        ([ASKED, CALLED, {"role": "tool", "content": "sunny", "tool_call_id": ""}], "messages[2].tool_call_id"),
+        (
+            [ASKED, {**CALLED, "tool_calls": [{**CALLED["tool_calls"][0], "id": ""}]}],
+            "messages[1].tool_calls[0].id",
+        ),
+        (
+            [ASKED, {**CALLED, "tool_calls": [{"id": "c", "type": "function", "function": {"arguments": "{}"}}]}],
+            "messages[1].tool_calls[0].function.name",
+        ),
+        (
+            [ASKED, {**CALLED, "tool_calls": [{"type": "function", "function": {"name": "small", "arguments": "{}"}}]}],
+            "messages[1].tool_calls[0].id",
+        ),
+    ],
+)
+async def test_a_tool_message_or_call_without_its_id_or_name_is_refused(stack, messages, param):
+    client, _ = stack
+    error = await refused(client, tools=[tool("small", SMALL)], tool_choice="none", messages=messages)
+    assert error["param"] == param
+    assert "is required" in error["message"]
+
+
+@pytest.mark.parametrize(
+    ("message", "field"),
+    [
+        (common_pb2.ChatMessage(role="tool", content="sunny"), "messages[1].tool_call_id"),
+        (
+            common_pb2.ChatMessage(role="assistant", tool_calls=[common_pb2.ToolCall(name="small", arguments="{}")]),
+            "messages[1].tool_calls[0].id",
+        ),
+        (
+            common_pb2.ChatMessage(role="assistant", tool_calls=[common_pb2.ToolCall(id="c", arguments="{}")]),
+            "messages[1].tool_calls[0].name",
+        ),
+    ],
+)
+async def test_grpc_a_tool_message_or_call_without_its_id_or_name_is_refused(stack, message, field):
+    _, inference = stack
+    request = grpc_request([tool("small", SMALL)], mode=inference_pb2.TOOL_CHOICE_MODE_NONE)
+    request.messages.append(message)
+    violations = await grpc_violations(inference, request)
+    assert field in violations and "is required" in violations[field]
+
+
+async def test_a_tool_message_answering_a_call_is_accepted(stack):
+    client, _ = stack
+    reply = await client.chat.completions.create(
+        model="m",
+        messages=[ASKED, CALLED, {"role": "tool", "content": "sunny", "tool_call_id": "call_1"}],
+        tools=[tool("small", SMALL)],
+        tool_choice="none",
+    )
+    assert reply.choices[0].message.content == "x"
