@@ -50,7 +50,7 @@ from cryptography.x509.oid import NameOID, ObjectIdentifier
 
 from audit.errors import AuditConfigError
 
-__all__ = ["PrincipalFilterError", "display_safe", "parse_name", "principal_candidates", "render_name"]
+__all__ = ["PrincipalFilterError", "display_safe", "parse_name", "principal_candidates", "read_subject", "render_name"]
 
 
 class PrincipalFilterError(AuditConfigError):
@@ -359,6 +359,20 @@ def _parse_openssl_layouts(text: str) -> list[x509.Name]:
     if not names:
         raise ValueError(reasons[0] if reasons else "not a distinguished name")
     return names
+
+
+def read_subject(text: str) -> x509.Name | None:
+    """The certificate subject a proxy wrote as text: RFC 4514 / RFC 2253 (:func:`parse_name`,
+    as Envoy and Go's ``pkix.Name.String`` write it) or OpenSSL's slash form
+    (``/C=CN/O=Bank/CN=teller-8``, certificate order); None when it is neither. The other
+    OpenSSL layouts are not read here: a comma inside their values is ambiguous."""
+    name = parse_name(text)
+    if name is not None or not text.strip().startswith("/"):
+        return name
+    try:
+        return _parse_openssl_layouts(text)[0]
+    except ValueError:
+        return None
 
 
 def principal_candidates(text: str) -> tuple[str, ...]:

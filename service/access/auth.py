@@ -150,7 +150,12 @@ class Authenticator:
             ValueError: the certificate's subject cannot be decoded.
         """
         subject = render_name(cert.subject) if subject is None else subject
-        sans = _subject_alt_names(cert)
+        return self.roles_for(subject, _subject_alt_names(cert))
+
+    def roles_for(self, subject: str, sans: Sequence[str]) -> frozenset[str]:
+        """The ``auth.mtls_roles`` roles of a certificate by its canonical subject and its
+        DNS, URI and e-mail subjectAltNames (a URI with a dot segment matches no pattern)."""
+        sans = [n for n in sans if not _has_dot_segment(n)]
         for subject_re, san, roles in self._mtls_rules:
             if subject_re is not None and not subject_re.fullmatch(subject):
                 continue
@@ -159,7 +164,12 @@ class Authenticator:
             return roles
         return self._mtls_default
 
-    def authenticate(self, authorization: str | None, auth_context: dict[str, list[bytes]]) -> Principal:
+    def authenticate(
+        self,
+        authorization: str | None,
+        auth_context: dict[str, list[bytes]],
+        forwarded: ForwardedClient | None = None,
+    ) -> Principal:
         """Return the caller's principal.
 
         A presented but invalid token fails even when a client certificate is present:
@@ -170,6 +180,11 @@ class Authenticator:
         section 4.1.2.6 allows it when a subjectAltName names the holder, as SPIFFE X.509-SVIDs
         do) is named by its fingerprint, ``sha256:<hex SHA-256 of the DER>``, and its roles come
         from ``auth.mtls_roles`` as for any other certificate.
+
+        ``forwarded`` (a trusted-proxy listener) stands for the client certificate: the one a
+        gateway verified and forwarded (``x-forwarded-client-cert``); ``auth_context`` is then
+        not read. Such a principal's ``auth_method`` is ``forwarded`` and its roles come from
+        ``auth.mtls_roles`` as for a certificate presented directly.
 
         Raises:
             AuthenticationFailed: bad token, malformed header, none when required, or a client
@@ -188,11 +203,17 @@ class Authenticator:
                 raise AuthenticationFailed("invalid bearer token")
             if match.not_after is not None and datetime.datetime.now(datetime.timezone.utc) >= match.not_after:
                 raise AuthenticationFailed("the bearer token has expired", match.principal)
+            if forwarded is not None:
+                return Principal(match.principal, "token", match.roles, forwarded.fingerprint, forwarded.subject)
             cert = _client_certificate(auth_context)
             if cert is None:
                 return Principal(match.principal, "token", match.roles)
             fingerprint = cert.fingerprint(hashes.SHA256()).hex()
             return Principal(match.principal, "token", match.roles, fingerprint, _subject(cert))
+        if forwarded is not None:
+            name = forwarded.subject or f"{CERT_FINGERPRINT_PREFIX}{forwarded.fingerprint}"
+            roles = self.roles_for(forwarded.subject, forwarded.sans)
+            return Principal(name, "forwarded", roles, forwarded.fingerprint, forwarded.subject)
         cert = _client_certificate(auth_context)
         if cert is not None:
             subject = _subject(cert)
@@ -202,6 +223,21 @@ class Authenticator:
         if self.required:
             raise AuthenticationFailed("authentication required: send a bearer token or a client certificate")
         return self._anonymous
+
+
+@dataclass(frozen=True)
+class ForwardedClient:
+    """A client certificate a trusted gateway verified, as it forwarded it.
+
+    Attributes:
+        fingerprint: lower-case hex SHA-256 of the certificate's DER (XFCC ``Hash``).
+        subject: its subject in canonical form (``audit.principals.render_name``), "" if empty.
+        sans: its URI and DNS subjectAltNames.
+    """
+
+    fingerprint: str
+    subject: str
+    sans: tuple[str, ...] = ()
 
 
 CERT_FINGERPRINT_PREFIX = "sha256:"
@@ -250,7 +286,7 @@ def _subject_alt_names(cert: x509.Certificate) -> list[str]:
     names: list[str] = []
     for kind in (x509.DNSName, x509.UniformResourceIdentifier, x509.RFC822Name):
         names.extend(ext.get_values_for_type(kind))
-    return [n for n in names if not _has_dot_segment(n)]
+    return names
 
 
 def _has_dot_segment(name: str) -> bool:

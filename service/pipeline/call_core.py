@@ -31,9 +31,11 @@ import structlog
 
 from audit import EventType
 from engine_backends.errors import EngineDeadError, EngineError
-from service.access.auth import AuthenticationFailed, Authenticator, certificate_identity
+from service.access.auth import AuthenticationFailed, Authenticator, ForwardedClient, certificate_identity
 from service.access.login_throttle import GLOBAL, Lockout, LoginThrottle, certificate_key, peer_host, token_key
 from service.access.policy import AccessPolicy
+from service.access.xfcc import HEADER as XFCC_HEADER
+from service.access.xfcc import XfccError, nearest_client
 from service.core import metrics
 from service.core.call_context import CallRecord, Principal
 from service.core.logs import get_logger
@@ -42,6 +44,7 @@ from service.core.status import FieldViolation, RpcError, from_engine_error, inv
 from service.core.tracing import trace_context
 from service.operations.validation import REQUEST_ID, REQUEST_ID_RULE
 from service.runtime.state import Runtime
+from service.settings.auth import TrustedProxySettings
 
 log = get_logger("xinserve.call")
 
@@ -56,12 +59,16 @@ class Transport:
         headers: lower-case header/metadata name -> every text value sent, in order.
         auth_context: ``{"x509_pem_cert": [PEM]}`` when the TLS layer verified a client
             certificate (gRPC's auth context layout), else empty.
+        proxy: the trusted gateway whose listener the call arrived on (``auth.trusted_proxies``):
+            its ``x-forwarded-client-cert`` names the caller. None on every other listener,
+            where that header is refused.
     """
 
     front_end: str
     peer: str
     headers: Mapping[str, Sequence[str]]
     auth_context: Mapping[str, Sequence[bytes]]
+    proxy: TrustedProxySettings | None = None
 
 
 @dataclass(frozen=True)
@@ -151,9 +158,13 @@ class CallCore:
         authorizations = headers.get("authorization", ()) if self.authenticator.tokens else ()
         peer_key = f"peer:{peer_host(transport.peer)}"
         refusal: RpcError | None = None
+        forwarded, xfcc_refusal = self._forwarded(record, transport)
+        auth_context = {} if transport.proxy is not None else {k: list(v) for k, v in transport.auth_context.items()}
 
         def cert_identity() -> tuple[str | None, str | None]:
-            return certificate_identity({k: list(v) for k, v in transport.auth_context.items()})
+            if forwarded is not None:
+                return forwarded.fingerprint, forwarded.subject
+            return certificate_identity(auth_context)
 
         try:
             if authorizations:  # a peer's lockout throttles token guessing, not certificate or anonymous calls
@@ -161,7 +172,7 @@ class CallCore:
             if len(authorizations) > 1:
                 raise AuthenticationFailed("more than one authorization header")
             record.principal = self.authenticator.authenticate(
-                authorizations[0] if authorizations else None, {k: list(v) for k, v in transport.auth_context.items()}
+                authorizations[0] if authorizations else None, auth_context, forwarded
             )
             if record.principal.auth_method != "anonymous":
                 self.throttle.check(f"principal:{record.principal.name}")
@@ -179,7 +190,31 @@ class CallCore:
             if authorizations and record.principal.auth_method == "anonymous":
                 record.principal = Principal("", "token", frozenset(), *cert_identity())
             refusal = throttled
-        return Started(record, refusal, request_id_ok)
+        return Started(record, xfcc_refusal or refusal, request_id_ok)
+
+    @staticmethod
+    def _forwarded(record: CallRecord, transport: Transport) -> tuple[ForwardedClient | None, RpcError | None]:
+        """The client identity a trusted gateway forwarded (``x-forwarded-client-cert``), or the
+        refusal of that header: malformed or missing on a trusted-proxy listener, present on
+        any other. The gateway's own identity goes into the record's detail (``proxy``,
+        ``proxy_listener``, ``xfcc_by``); a refused header is marked ``xfcc_refused``."""
+        values = transport.headers.get(XFCC_HEADER, ())
+        proxy = transport.proxy
+        if proxy is None:
+            if XFCC_HEADER not in transport.headers:
+                return None, None
+            record.audit_detail["xfcc_refused"] = True
+            message = f"{XFCC_HEADER} is accepted only on a trusted-proxy listener"
+            return None, RpcError(grpc.StatusCode.UNAUTHENTICATED, message, Reason.UNAUTHENTICATED)
+        record.audit_detail.update(proxy=proxy.name, proxy_listener=proxy.listen)
+        try:
+            client, element = nearest_client(values)
+        except XfccError as exc:
+            record.audit_detail["xfcc_refused"] = True
+            return None, RpcError(grpc.StatusCode.UNAUTHENTICATED, str(exc), Reason.UNAUTHENTICATED)
+        if element.by is not None:
+            record.audit_detail["xfcc_by"] = element.by[:256]
+        return client, None
 
     # -- 2: around the operation -----------------------------------------------------------
 

@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from service.settings.base import SettingsModel
 
@@ -64,6 +64,28 @@ class MtlsRoleRule(SettingsModel):
         return self
 
 
+class TrustedProxySettings(SettingsModel):
+    """A gRPC listener for one TLS-terminating gateway (a TLCP gateway, GB/T 38636): on it the
+    client identity the gateway forwards in ``x-forwarded-client-cert`` becomes the caller's
+    principal. Anyone who can connect to it can claim any identity, so it is a unix socket,
+    reachable only by the gateway's user through the file system's permissions."""
+
+    name: str = Field(pattern=r"^[\x21-\x7e]{1,128}$")
+    """The gateway's identity, recorded as ``proxy`` in every audit record of a call through it."""
+    listen: str
+    """``unix:/absolute/path`` of the socket (plaintext HTTP/2 gRPC, h2c). A stale socket file
+    there is replaced; any other file is refused at start."""
+    socket_mode: int = Field(default=0o660, ge=0, le=0o777)
+    """Permission bits of the socket file (the directory's permissions guard it too)."""
+
+    @field_validator("listen")
+    @classmethod
+    def _unix_socket(cls, value: str) -> str:
+        if not value.startswith("unix:/") or "\x00" in value:
+            raise ValueError("must be unix:/absolute/path (a unix socket; a TCP listener cannot prove who connects)")
+        return value
+
+
 class AuthSettings(SettingsModel):
     """Who may call. The principal is the mTLS certificate subject or the token's principal."""
 
@@ -80,6 +102,9 @@ class AuthSettings(SettingsModel):
     """Roles of mTLS principals by certificate subject or subjectAltName."""
     mtls_default_roles: list[str] = Field(default_factory=lambda: ["user"])
     """Roles of an mTLS principal no rule matches."""
+    trusted_proxies: list[TrustedProxySettings] = Field(default_factory=list)
+    """Gateways whose forwarded client identity (``x-forwarded-client-cert``) is accepted on
+    their own listener; on every other listener the header is refused (UNAUTHENTICATED)."""
     allow_conflicting_roles: bool = False
     """Allow a principal to hold roles of different duties (not for production)."""
     allow_insecure_token_file_permissions: bool = False

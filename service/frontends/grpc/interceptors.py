@@ -24,6 +24,7 @@ from service.core.status import FieldViolation, RpcError, invalid_argument
 from service.core.tracing import trace_id_from
 from service.operations.validation import REQUEST_ID
 from service.pipeline.call_core import CallCore, Started, Transport
+from service.settings.auth import TrustedProxySettings
 
 __all__ = ["CallPipeline", "GrpcCallContext", "trace_id_from"]
 
@@ -67,8 +68,9 @@ def _tolerant(deserializer: Callable[[bytes], Any] | None) -> Callable[[bytes], 
     return parse
 
 
-def transport_of(context: grpc.aio.ServicerContext) -> Transport:
-    """The call core's view of a gRPC call: text metadata (every value), peer, auth context."""
+def transport_of(context: grpc.aio.ServicerContext, proxy: TrustedProxySettings | None = None) -> Transport:
+    """The call core's view of a gRPC call: text metadata (every value), peer, auth context,
+    and the trusted gateway whose listener it arrived on (``proxy``)."""
     headers: dict[str, list[str]] = {}
     for key, value in context.invocation_metadata() or ():
         if isinstance(value, str):
@@ -76,7 +78,7 @@ def transport_of(context: grpc.aio.ServicerContext) -> Transport:
         else:  # a binary (-bin) value: counted, never read as text
             headers.setdefault(key, [])
     auth = {k: list(v) for k, v in (context.auth_context() or {}).items()}
-    return Transport("grpc", context.peer() or "", headers, auth)
+    return Transport("grpc", context.peer() or "", headers, auth, proxy)
 
 
 def request_id_metadata(call: CallRecord) -> tuple[tuple[str, str], ...]:
@@ -126,10 +128,16 @@ def _check_parsed(request: Any) -> None:
 
 
 class CallPipeline(grpc.aio.ServerInterceptor):
-    """Wraps every xinserve.v1 handler in the call core (see the module docstring)."""
+    """Wraps every xinserve.v1 handler in the call core (see the module docstring).
 
-    def __init__(self, core: CallCore) -> None:
+    Args:
+        core: the call core.
+        proxy: the trusted gateway this server's listener belongs to, if any.
+    """
+
+    def __init__(self, core: CallCore, proxy: TrustedProxySettings | None = None) -> None:
         self._core = core
+        self._proxy = proxy
 
     async def intercept_service(
         self,
@@ -168,7 +176,7 @@ class CallPipeline(grpc.aio.ServerInterceptor):
         shown = method[:_MAX_UNKNOWN_METHOD_CHARS]
 
         async def refuse(request_iterator: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
-            started = self._core.begin(shown, transport_of(context))
+            started = self._core.begin(shown, transport_of(context, self._proxy))
             err = await self._core.refuse(
                 started,
                 RpcError(
@@ -184,7 +192,7 @@ class CallPipeline(grpc.aio.ServerInterceptor):
         return refuse
 
     def _start(self, method: str, context: grpc.aio.ServicerContext) -> tuple[Started, GrpcCallContext]:
-        started = self._core.begin(method, transport_of(context))
+        started = self._core.begin(method, transport_of(context, self._proxy))
         return started, GrpcCallContext(context, started.record)
 
     def _wrap_unary(self, method: str, behavior: Callable[..., Awaitable[Any]]):

@@ -1,14 +1,19 @@
-"""A gRPC front end: one grpc.aio server with its listeners over the call core and the
-inference operations it shares with the other front end."""
+"""A gRPC front end: one grpc.aio server with its listeners, bound to a shared Runtime."""
 
 from __future__ import annotations
 
+import asyncio
+import os
+import stat
 from collections.abc import Callable
+from pathlib import Path
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1.health import aio as health_aio
 
+from service.access.auth import Authenticator
+from service.access.policy import AccessPolicy
 from service.core.listen_probe import ListenError
 from service.core.tls_material import TlsMaterial, load_tls_material
 from service.frontends.grpc.attestation_servicer import AttestationServicer
@@ -20,6 +25,8 @@ from service.frontends.grpc.reflection import enable_reflection
 from service.frontends.grpc.server_servicer import ServerServicer
 from service.operations.inference import Inference
 from service.pipeline.call_core import CallCore
+from service.runtime.state import Runtime
+from service.settings.auth import TrustedProxySettings
 from service.settings.config import Settings
 from xinserve.v1 import (
     attestation_pb2,
@@ -81,8 +88,25 @@ def _bound(add: Callable[[str], int], address: str, setting: str) -> int:
         ) from None
 
 
+def _unix_address(listen: str) -> str:
+    """The grpc address of a trusted gateway's socket ``unix:/path``, after removing a stale
+    socket file there (a listener that died without unlinking it).
+
+    Raises:
+        ListenError: the path exists and is not a socket, or its directory does not exist.
+    """
+    path = Path(listen.removeprefix("unix:"))
+    if not path.parent.is_dir():
+        raise ListenError(f"cannot listen on {listen} (auth.trusted_proxies): no such directory")
+    if path.exists() or path.is_symlink():
+        if not stat.S_ISSOCK(path.lstat().st_mode):
+            raise ListenError(f"cannot listen on {listen} (auth.trusted_proxies): the path exists and is not a socket")
+        path.unlink()
+    return f"unix:{path}"
+
+
 class Frontend:
-    """Builds and runs one grpc.aio server over ``core`` (and its runtime).
+    """Builds and runs one grpc.aio server over ``runtime``.
 
     The TLS files are read and checked (``load_tls_material``) before anything binds. The
     listeners bind when it is built (``start`` begins serving on them); with
@@ -90,11 +114,12 @@ class Frontend:
     instead of being shared with it.
 
     Args:
-        core: the call core (identity, policy, admission, audit), shared with the HTTP
-            front end; built once by ``service.lifecycle.wiring.shared_core``.
-        inference: the inference operations, shared the same way.
-        settings: which listeners to open, TLS and limits.
+        runtime: shared state (models, admission, health).
+        settings: which listeners to open, TLS, auth and limits (may differ per front end).
+        authenticator: token/mTLS authentication for this front end.
         device: device kind reported by ModelService/ServerService.
+        core: the call core to share with other front ends (default: one over the above
+            and the policy of ``settings.auth``).
 
     Raises:
         TlsMaterialError: with ``listen.tls``, a TLS file cannot be read, is not PEM of its
@@ -102,23 +127,54 @@ class Frontend:
         ListenError: a listener cannot bind.
     """
 
-    def __init__(self, core: CallCore, inference: Inference, settings: Settings, device: str) -> None:
+    def __init__(
+        self,
+        runtime: Runtime,
+        settings: Settings,
+        authenticator: Authenticator,
+        device: str,
+        core: CallCore | None = None,
+    ) -> None:
         material = load_tls_material(settings.tls) if settings.listen.tls else None
-        runtime = core.runtime
         self.runtime = runtime
         self.settings = settings
-        self.core = core
-        self.inference = inference
-        self.server = grpc.aio.server(interceptors=[CallPipeline(self.core)], options=server_options(settings))
-        inference_pb2_grpc.add_InferenceServiceServicer_to_server(InferenceServicer(self.inference), self.server)
-        model_pb2_grpc.add_ModelServiceServicer_to_server(ModelServicer(runtime, device), self.server)
-        server_pb2_grpc.add_ServerServiceServicer_to_server(ServerServicer(runtime, device), self.server)
-        audit_pb2_grpc.add_AuditServiceServicer_to_server(AuditServicer(runtime), self.server)
+        self.core = core or CallCore(runtime, authenticator, AccessPolicy(settings.auth))
+        self.inference = Inference(runtime, self.core.policy)
         spki = material.leaf_spki_sha256 if material is not None else None
-        attestation_pb2_grpc.add_AttestationServiceServicer_to_server(AttestationServicer(runtime, spki), self.server)
         self.health = health_aio.HealthServicer()
-        health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
-        if settings.reflection:
+        self._servicers = (
+            InferenceServicer(self.inference),
+            ModelServicer(runtime, device),
+            ServerServicer(runtime, device),
+            AuditServicer(runtime),
+            AttestationServicer(runtime, spki),
+        )
+        self.server = self._server(None)
+        self.ports: dict[str, int] = {}
+        for address in settings.listen.plaintext:
+            self.ports[address] = _bound(self.server.add_insecure_port, address, "listen.plaintext")
+        if material is not None:
+            creds = server_credentials(material)
+            for address in settings.listen.tls:
+                self.ports[address] = _bound(lambda a: self.server.add_secure_port(a, creds), address, "listen.tls")
+        self.proxy_servers: list[grpc.aio.Server] = []
+        for proxy in settings.auth.trusted_proxies:
+            server = self._server(proxy)
+            _bound(server.add_insecure_port, _unix_address(proxy.listen), "auth.trusted_proxies")
+            self.proxy_servers.append(server)
+
+    def _server(self, proxy: TrustedProxySettings | None) -> grpc.aio.Server:
+        """A grpc.aio server with every service; on a trusted gateway's listener (``proxy``)
+        its forwarded client identity is the caller's."""
+        server = grpc.aio.server(interceptors=[CallPipeline(self.core, proxy)], options=server_options(self.settings))
+        inference, model, server_state, audit, attestation = self._servicers
+        inference_pb2_grpc.add_InferenceServiceServicer_to_server(inference, server)
+        model_pb2_grpc.add_ModelServiceServicer_to_server(model, server)
+        server_pb2_grpc.add_ServerServiceServicer_to_server(server_state, server)
+        audit_pb2_grpc.add_AuditServiceServicer_to_server(audit, server)
+        attestation_pb2_grpc.add_AttestationServiceServicer_to_server(attestation, server)
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, server)
+        if self.settings.reflection:
             names = [
                 inference_pb2.DESCRIPTOR.services_by_name["InferenceService"].full_name,
                 model_pb2.DESCRIPTOR.services_by_name["ModelService"].full_name,
@@ -127,18 +183,15 @@ class Frontend:
                 attestation_pb2.DESCRIPTOR.services_by_name["AttestationService"].full_name,
                 health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
             ]
-            enable_reflection(names, self.server)
-        self.ports: dict[str, int] = {}
-        for address in settings.listen.plaintext:
-            self.ports[address] = _bound(self.server.add_insecure_port, address, "listen.plaintext")
-        if material is not None:
-            creds = server_credentials(material)
-            for address in settings.listen.tls:
-                self.ports[address] = _bound(lambda a: self.server.add_secure_port(a, creds), address, "listen.tls")
+            enable_reflection(names, server)
+        return server
 
     async def start(self) -> None:
         await self.runtime.attach_health(self.health)
         await self.server.start()
+        for server, proxy in zip(self.proxy_servers, self.settings.auth.trusted_proxies, strict=True):
+            await server.start()
+            os.chmod(proxy.listen.removeprefix("unix:"), proxy.socket_mode)
 
     async def stop(self, grace: float | None) -> None:
         """Stop listening (``grpc.aio.Server.stop``). With no grace (0 or None: the drain's
@@ -146,4 +199,4 @@ class Frontend:
         reason ``DRAINING`` (``CallCore.stop_running``), on both front ends sharing the core."""
         if not grace:
             await self.core.stop_running()
-        await self.server.stop(grace)
+        await asyncio.gather(self.server.stop(grace), *(s.stop(grace) for s in self.proxy_servers))
