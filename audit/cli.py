@@ -3,6 +3,9 @@
 Exit codes: 0 ok, 1 verification failed (for ``verify`` also: no log, or one without records,
 unless ``--allow-empty``), 2 usage or bad input, 3 environment error (store unreachable).
 Errors are one line on stderr: never a stack trace, a DSN or key material.
+
+This module builds the parser and runs ``export`` and ``tail``; ``verify`` and ``seal`` run in
+``audit.cli_verify``; what all of them share is ``audit.cli_support``.
 """
 
 from __future__ import annotations
@@ -17,11 +20,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from audit.errors import AuditConfigError, AuditEncodingError, AuditRangeError, AuditStoreError, UnknownChainError
+from audit.cli_support import DEFAULT_STORE, EXIT_OK, guard, open_readonly
+from audit.cli_verify import run_seal, run_verify
+from audit.errors import AuditConfigError
 from audit.records import MAX_SAFE_INT
-
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_ENV = 0, 1, 2, 3
-DEFAULT_STORE = "/var/lib/xinserve/audit/audit.db"
 
 
 def add_commands(subparsers: Any) -> None:
@@ -102,7 +104,7 @@ def add_commands(subparsers: Any) -> None:
         help="accept a log with no records (no tables, no records, or no SQLite file): exit 0 instead of 1",
     )
     v.add_argument("--json", action="store_true", help="print the report as JSON")
-    v.set_defaults(func=_run_verify)
+    v.set_defaults(func=run_verify)
 
     e = sub.add_parser(
         "export",
@@ -153,7 +155,7 @@ def add_commands(subparsers: Any) -> None:
         help="warn instead of refusing a key or password file its group or others can access",
     )
     sl.add_argument("--archive-dir", type=Path, help="(PostgreSQL) retention archive directory")
-    sl.set_defaults(func=_run_seal)
+    sl.set_defaults(func=run_seal)
 
     t = sub.add_parser("tail", help="show the latest records; -f to follow")
     store_arg(t)
@@ -161,287 +163,6 @@ def add_commands(subparsers: Any) -> None:
     t.add_argument("-f", "--follow", action="store_true", help="keep printing new records")
     t.add_argument("--interval", type=float, default=1.0, help="poll interval with -f, seconds (0 < s <= 3600)")
     t.set_defaults(func=_run_tail)
-
-
-def _err(msg: str) -> None:
-    print(f"xinserve audit: {msg}", file=sys.stderr)
-
-
-def _guard(fn: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
-    def wrapper(args: argparse.Namespace) -> int:
-        from trust.errors import TrustError
-
-        try:
-            _check_text_options(args)
-            return fn(args)
-        except AuditStoreError as exc:
-            _err(f"audit store unreachable: {exc}")
-            return EXIT_ENV
-        except (AuditConfigError, AuditEncodingError, AuditRangeError, UnknownChainError, TrustError) as exc:
-            _err(str(exc))
-            return EXIT_USAGE
-        except BrokenPipeError:
-            return EXIT_OK
-        except OSError as exc:
-            _err(f"{exc.strerror or type(exc).__name__}: {exc.filename or ''}".rstrip(": "))
-            return EXIT_USAGE
-        except Exception as exc:  # never a stack trace (it could carry a DSN or data)
-            _err(f"unexpected error ({type(exc).__name__}); nothing was changed")
-            return EXIT_ENV
-
-    wrapper.__name__ = fn.__name__
-    return wrapper
-
-
-MAX_CHAIN_NAME = 128
-"""Longest chain name (a writer's ``node_id``)."""
-
-
-def _check_text_options(args: argparse.Namespace) -> None:
-    """Every text option must be UTF-8 (the store's encoding) and ``--chain`` 1..128 characters;
-    ``AuditConfigError`` (exit 2) naming the option otherwise."""
-    for dest, value in vars(args).items():
-        if not isinstance(value, str):
-            continue
-        flag = "--" + dest.replace("_", "-")
-        try:
-            value.encode("utf-8")
-        except UnicodeEncodeError:
-            raise AuditConfigError(f"{flag}: not UTF-8 text") from None
-    chain = getattr(args, "chain", None)
-    if chain is not None and not 1 <= len(chain) <= MAX_CHAIN_NAME:
-        raise AuditConfigError(f"--chain: a chain name is 1 to {MAX_CHAIN_NAME} characters (got {len(chain)})")
-
-
-def _store_settings(args: argparse.Namespace) -> Any:
-    """``AuditSettings`` of the store named by ``--store`` (or ``$XINSERVE_AUDIT_DSN``), which must exist."""
-    from audit.config import store_from_url
-
-    url = args.store
-    dsn_env = os.environ.get("XINSERVE_AUDIT_DSN")
-    if dsn_env and "XINSERVE_AUDIT_STORE" not in os.environ and args.store == DEFAULT_STORE:
-        url = dsn_env
-    settings = store_from_url(url)
-    if settings.store == "sqlite" and not settings.path.exists():
-        raise AuditStoreError("sqlite: the audit database does not exist")
-    return settings
-
-
-def _open(args: argparse.Namespace) -> Any:
-    from audit.stores import open_store
-
-    return open_store(_store_settings(args), readonly=True)
-
-
-def _load_keys(paths: list[str]) -> list[Any]:
-    from trust.sm2 import Sm2PublicKey
-
-    if not paths:
-        raise AuditConfigError("--public-key is required: verification needs the server's trusted key")
-    return [Sm2PublicKey.from_pem(Path(p).read_bytes()) for p in paths]
-
-
-def _load_tsa_roots(paths: list[str]) -> list[Any]:
-    from audit.timestamping import load_tsa_roots
-
-    roots: list[Any] = []
-    for p in paths:
-        try:
-            roots.extend(load_tsa_roots(Path(p).read_bytes()))
-        except ValueError:
-            raise AuditConfigError(f"--tsa-cert {Path(p).name} is not a PEM certificate") from None
-    return roots
-
-
-@_guard
-def _run_verify(args: argparse.Namespace) -> int:
-    from audit.config import parse_sm4_key
-    from audit.query import format_time_ms
-    from audit.verify import verify_store
-
-    _check_record_range(args.start, args.end)
-    keys = _load_keys(args.public_key)
-    if args.archive is not None:
-        from audit.archive import verify_archive
-
-        key = parse_sm4_key(args.archive_key_file.read_bytes()) if args.archive_key_file else None
-        problems = verify_archive(args.archive, keys, key)
-        if args.json:
-            print(json.dumps({"ok": not problems, "archive": args.archive.name, "problems": problems}))
-        else:
-            for msg in problems:
-                print(f"FAIL {args.archive.name}: {msg}")
-            if not problems:
-                print(f"OK   {args.archive.name}: chain and signed checkpoints verify")
-        return EXIT_OK if not problems else EXIT_FAILED
-    from audit.anchors import AnchorSet, load_anchors
-    from audit.verify import missing_store_report
-
-    anchors = load_anchors(args.anchor) if args.anchor else AnchorSet()
-    for name, n in anchors.skipped.items():
-        _err(f"note: {n} lines of anchor file {name} skipped: not text (not UTF-8 or NUL bytes), no anchor in them")
-    tsa_roots = _load_tsa_roots(args.tsa_cert) if args.tsa_cert else None
-    archive_key = parse_sm4_key(args.archive_key_file.read_bytes()) if args.archive_key_file else None
-    from audit.verify import VerifyReport
-
-    missing = False
-    try:
-        settings = _store_settings(args)
-    except AuditStoreError as exc:
-        if "does not exist" not in str(exc):
-            raise
-        missing = True
-        if anchors:
-            report = missing_store_report(anchors, "the audit database does not exist (deleted)", keys)
-        else:
-            report = VerifyReport(chains=[])
-    else:
-        from audit.stores import open_store
-
-        bar = _progress(args)
-        with open_store(settings, readonly=True) as store:
-            report = verify_store(
-                store,
-                keys,
-                chain=args.chain,
-                start=args.start,
-                end=args.end,
-                now_ms=None if args.offline else int(time.time() * 1000),
-                anchors=anchors,
-                progress=bar.update if bar is not None else None,
-                tsa_roots=tsa_roots,
-                archive_dir=args.archive_dir,
-                archive_key=archive_key,
-            )
-        if bar is not None:
-            bar.close()
-    # Nothing to verify proves nothing: an auditor must not read a deleted, emptied or dropped log as intact.
-    empty = not report.chains
-    ok = report.ok and (args.allow_empty or not empty)
-    if args.json:
-        doc = report.to_json()
-        doc["ok"] = ok
-        if empty:
-            doc["empty"] = "missing" if missing else "no_records"
-        print(json.dumps(doc, ensure_ascii=False))
-    else:
-        if empty:
-            what = "the audit database does not exist" if missing else "no audit records or checkpoints found"
-            if args.allow_empty:
-                print(f"OK   {what} (--allow-empty)")
-            else:
-                print(f"FAIL {what}: nothing proves the log was never written (--allow-empty accepts an empty log)")
-        for c in report.chains:
-            status = "OK  " if c.ok else "FAIL"
-            span = f"records {c.first_seq}..{c.last_seq}" if c.first_seq is not None else "no records"
-            if c.out_of_range:
-                span = f"no records from {args.start} on (last record: {c.last_record or 'none'})"
-            cp = (
-                f"last checkpoint {c.last_checkpoint} at {format_time_ms(c.last_checkpoint_time_ms)}"
-                if c.last_checkpoint is not None and c.last_checkpoint_time_ms is not None
-                else "no checkpoint"
-            )
-            print(f"{status} chain {c.chain}: {span}, {c.checkpoints_checked} checkpoints, {cp}")
-            if c.unsigned_tail:
-                print(f"     {c.unsigned_tail} records after the last checkpoint (not yet signed)")
-            for r in c.recoveries:
-                print(f"     recovered: {r}")
-            for p_ in c.purges:
-                print(f"     purged: {p_}")
-            if c.first_broken is not None:
-                print(f"     first broken record: {c.first_broken}")
-            for p in c.problems:
-                print(f"     {p.kind}: {p.message}")
-    return EXIT_OK if ok else EXIT_FAILED
-
-
-@_guard
-def _run_seal(args: argparse.Namespace) -> int:
-    import asyncio
-
-    from audit.errors import AuditUnavailable, WriterConflict
-    from audit.log import AuditIntegrityError, AuditLog, load_signer
-    from audit.stores import open_store
-    from trust.errors import InvalidSignature
-
-    store_settings = _store_settings(args)
-    settings = store_settings.model_copy(
-        update={
-            "node_id": args.chain,
-            "signing_key_path": args.key,
-            "signing_key_password_env": args.key_password_env,
-            "signing_key_password_file": args.key_password_file,
-            "allow_insecure_key_permissions": args.allow_insecure_key_permissions,
-            "archive_dir": args.archive_dir,
-            "writer_lock_wait_s": 2.0,
-        }
-    )
-    signer = load_signer(settings)
-    key_id = signer.public_key().key_id
-    # Refuse before anything is written: a chain the store does not hold, or a key not the chain's.
-    with open_store(store_settings, readonly=True) as store:
-        if not store.has_chain(args.chain):
-            _err(f"--chain: {UnknownChainError(args.chain, store.chains())}; nothing was written")
-            return EXIT_USAGE
-        last = store.last_checkpoint(args.chain)
-    if last is not None:
-        if last.checkpoint.key_id != key_id:
-            _err(
-                f"--key: key id {key_id} is not the key of chain {args.chain!r} (its checkpoints are signed "
-                f"with key id {last.checkpoint.key_id}); nothing was written"
-            )
-            return EXIT_USAGE
-        try:
-            signer.public_key().verify(last.signature, last.payload)
-        except InvalidSignature:
-            _err(
-                f"chain {args.chain!r}: its last checkpoint {last.checkpoint.n} does not verify with the key; "
-                "run `xinserve audit verify`; nothing was written"
-            )
-            return EXIT_FAILED
-
-    async def seal() -> Any:
-        log = await AuditLog.open(settings, signer, start_ticker=False)
-        recovery = log.recovery
-        await log.close()
-        return recovery
-
-    try:
-        recovery = asyncio.run(seal())
-    except WriterConflict:
-        _err(f"chain {args.chain!r} has a running writer; nothing to seal")
-        return EXIT_USAGE
-    except AuditIntegrityError as exc:
-        _err(f"{exc}")
-        return EXIT_FAILED
-    except AuditUnavailable as exc:
-        _err(str(exc))
-        return EXIT_ENV
-    if recovery is not None and recovery.unclean_shutdown:
-        print(
-            f"sealed chain {args.chain}: {recovery.unsigned_tail} unsigned records were intact; "
-            f"recovery and closing checkpoints written (record {recovery.last_seq + 1} notes the recovery)"
-        )
-    else:
-        print(f"chain {args.chain} was already closed cleanly; reopened and closed again")
-    return EXIT_OK
-
-
-def _progress(args: argparse.Namespace) -> Any:
-    if args.json or not sys.stderr.isatty():
-        return None
-    from tqdm import tqdm
-
-    return tqdm(unit=" records", unit_scale=True, desc="verifying", file=sys.stderr)
-
-
-def _check_record_range(start: int | None, end: int | None) -> None:
-    """``--from``/``--to``: record numbers ``1..2**53-1``, ``--from <= --to`` (``AuditRangeError``)."""
-    for flag, value in (("--from", start), ("--to", end)):
-        if value is not None and not 1 <= value <= MAX_SAFE_INT:
-            raise AuditRangeError(f"{flag} must be a record number from 1 to {MAX_SAFE_INT} (got {value})")
-    if start is not None and end is not None and start > end:
-        raise AuditRangeError(f"--from {start} is after --to {end}")
 
 
 def _flag(flag: str, parse: Callable[[str], Any], text: str | None) -> Any:
@@ -483,14 +204,14 @@ def _filter(args: argparse.Namespace, **kw: Any) -> Any:
     )
 
 
-@_guard
+@guard
 def _run_export(args: argparse.Namespace) -> int:
     from audit.query import export_jsonl
 
     if args.limit is not None and not 1 <= args.limit <= MAX_SAFE_INT:
         raise AuditConfigError(f"--limit must be from 1 to {MAX_SAFE_INT} (got {args.limit})")
     flt = _filter(args, limit=args.limit)
-    with _open(args) as store:
+    with open_readonly(args) as store:
         if args.chain is not None:
             store.require_chain(args.chain)
         out = args.output.open("w", encoding="utf-8") if args.output else sys.stdout
@@ -508,7 +229,7 @@ def _run_export(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-@_guard
+@guard
 def _run_tail(args: argparse.Namespace) -> int:
     from audit.query import stored_to_json
 
@@ -516,7 +237,7 @@ def _run_tail(args: argparse.Namespace) -> int:
         raise AuditConfigError(f"--lines must be from 0 to {MAX_SAFE_INT} (got {args.lines})")
     if not (math.isfinite(args.interval) and 0 < args.interval <= 3600):
         raise AuditConfigError(f"--interval must be more than 0 and at most 3600 seconds (got {args.interval})")
-    with _open(args) as store:
+    with open_readonly(args) as store:
         if args.chain is not None:
             store.require_chain(args.chain)
         rows = list(store.query(_filter(args, limit=args.lines, descending=True)))
