@@ -215,3 +215,31 @@ async def test_a_tool_message_answering_a_call_is_accepted(stack):
         tool_choice="none",
     )
     assert reply.choices[0].message.content == "x"
+
+
+# -- a forced call cut by max_tokens ---------------------------------------------------------
+# The fake engine's whole reply is "x" with finish reason length: a forced call's JSON cut short.
+
+
+@pytest.mark.parametrize("choice", ["required", {"type": "function", "function": {"name": "small"}}])
+async def test_a_forced_call_cut_by_max_tokens_is_its_partial_text_with_length(stack, choice):
+    client, inference = stack
+    body = {"messages": [ASKED], "tools": [tool("small", SMALL)], "tool_choice": choice, "max_tokens": 1}
+    reply = await client.chat.completions.create(model="m", **body)
+    (out,) = reply.choices
+    assert (out.finish_reason, out.message.content, out.message.tool_calls) == ("length", "x", None)
+    stream = await client.chat.completions.create(model="m", stream=True, **body)
+    chunks = [c for chunk in [c async for c in stream] for c in chunk.choices]
+    assert "".join(c.delta.content or "" for c in chunks) == "x"
+    assert [c.finish_reason for c in chunks if c.finish_reason] == ["length"]
+    assert not any(c.delta.tool_calls for c in chunks)
+
+    named = (
+        {"function_name": "small"} if isinstance(choice, dict) else {"mode": inference_pb2.TOOL_CHOICE_MODE_REQUIRED}
+    )
+    request = grpc_request([tool("small", SMALL)], **named)
+    request.sampling_params.max_tokens = 1
+    (output,) = (await inference.Chat(request)).outputs
+    assert (output.text, output.finish_reason, list(output.tool_calls)) == ("x", common_pb2.FINISH_REASON_LENGTH, [])
+    (last,) = [m async for m in inference.ChatStream(request) if m.finish_reason]
+    assert (last.finish_reason, list(last.tool_calls)) == (common_pb2.FINISH_REASON_LENGTH, [])
