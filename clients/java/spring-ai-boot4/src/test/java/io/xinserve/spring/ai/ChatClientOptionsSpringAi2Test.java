@@ -61,8 +61,15 @@ class ChatClientOptionsSpringAi2Test {
 
   @Test
   void mutateAndBuildRoundTripEveryField() {
-    XinserveChatOptions all = EveryOption.builder().internalToolExecutionEnabled(false).toolContext("k", "v").build();
+    XinserveChatOptions all =
+        EveryOption.builder()
+            .internalToolExecutionEnabled(false)
+            .toolContext("k", "v")
+            .toolChoice("lookup")
+            .parallelToolCalls(false)
+            .build();
     assertThat(all.mutate().build()).isEqualTo(all).isNotSameAs(all);
+    assertThat(all.mutate().build().getToolChoice()).isEqualTo("lookup");
     assertThat(all.copy()).isEqualTo(all);
     assertThat(XinserveChatOptions.builder().combineWith(all.mutate()).build()).isEqualTo(all);
   }

@@ -3,6 +3,8 @@ package io.xinserve.spring.ai;
 import io.xinserve.spring.boot.XinserveClients;
 import org.springframework.ai.chat.model.ChatModel;
 import org.springframework.ai.embedding.EmbeddingModel;
+import org.springframework.ai.model.tool.ToolCallingManager;
+import org.springframework.beans.factory.ObjectProvider;
 import org.springframework.boot.SpringBootVersion;
 import org.springframework.boot.autoconfigure.AutoConfiguration;
 import org.springframework.boot.autoconfigure.condition.ConditionalOnBean;
@@ -40,14 +42,23 @@ public class XinserveAiAutoConfiguration {
   /**
    * @param clients the configured clients
    * @param properties {@code xinserve.ai.*}
+   * @param toolCallingManager the application's {@link ToolCallingManager} (Spring AI's tool
+   *     auto-configuration defines one that resolves tool names to beans); Spring AI's default
+   *     when there is none
    * @return the chat model
    * @throws java.util.NoSuchElementException if {@code xinserve.ai.client} names no client
    */
   @Bean
   @ConditionalOnMissingBean(XinserveChatModel.class)
   @ConditionalOnProperty(prefix = "xinserve.ai.chat", name = "enabled", matchIfMissing = true)
-  public XinserveChatModel xinserveChatModel(XinserveClients clients, XinserveAiProperties properties) {
-    return new XinserveChatModel(clients.get(properties.getClient()), properties.getChat().getOptions());
+  public XinserveChatModel xinserveChatModel(
+      XinserveClients clients,
+      XinserveAiProperties properties,
+      ObjectProvider<ToolCallingManager> toolCallingManager) {
+    return new XinserveChatModel(
+        clients.get(properties.getClient()),
+        properties.getChat().getOptions(),
+        toolCallingManager.getIfUnique());
   }
 
   /**

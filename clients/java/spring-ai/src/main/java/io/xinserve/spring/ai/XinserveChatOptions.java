@@ -2,7 +2,6 @@ package io.xinserve.spring.ai;
 
 import java.util.Arrays;
 import java.util.HashMap;
-import java.util.LinkedHashSet;
 import java.util.List;
 import java.util.Map;
 import java.util.Objects;
@@ -19,11 +18,11 @@ import org.springframework.ai.tool.ToolCallback;
  * repetition_penalty}, {@code seed}, {@code ignore_eos}; Spring AI's native structured output ({@link
  * #getOutputSchema()}) becomes {@code json_schema}. {@code null} leaves the model's default.
  *
- * <p>These are Spring AI {@link ToolCallingChatOptions}, so that tools given to {@code ChatClient}
- * ({@code .tools(...)}, {@code .toolCallbacks(...)}, {@code .toolNames(...)} on Spring AI 1.1)
- * arrive at {@link XinserveChatModel} instead of being dropped by Spring AI; the contract's {@code
- * Chat} has no tool calling, so the model refuses a prompt that carries tools ({@link
- * XinserveChatModel#call}).
+ * <p>These are Spring AI {@link ToolCallingChatOptions}: tools given to {@code ChatClient} ({@code
+ * .tools(...)}, {@code .toolCallbacks(...)}, {@code .toolNames(...)} on Spring AI 1.1) reach
+ * {@link XinserveChatModel}, which offers them to the model as the contract's {@code tools};
+ * {@link #getToolChoice()} and {@link #getParallelToolCalls()} are the contract's {@code
+ * tool_choice} and {@code parallel_tool_calls}.
  *
  * <p>One source for both Spring AI generations: {@code xinserve-spring-ai} compiles it against
  * Spring AI 1.1 ({@link #copy()} implements {@code ChatOptions.copy()}), {@code
@@ -48,6 +47,8 @@ public class XinserveChatOptions implements StructuredOutputChatOptions, ToolCal
   private Set<String> toolNames = Set.of();
   private Boolean internalToolExecutionEnabled;
   private Map<String, Object> toolContext = Map.of();
+  private String toolChoice;
+  private Boolean parallelToolCalls;
 
   /** @return a builder of options */
   public static Builder builder() {
@@ -81,6 +82,8 @@ public class XinserveChatOptions implements StructuredOutputChatOptions, ToolCal
       o.outputSchema = x.outputSchema;
       o.toolNames = x.toolNames;
       o.internalToolExecutionEnabled = x.internalToolExecutionEnabled;
+      o.toolChoice = x.toolChoice;
+      o.parallelToolCalls = x.parallelToolCalls;
     } else {
       if (options instanceof StructuredOutputChatOptions s) {
         o.outputSchema = s.getOutputSchema();
@@ -123,25 +126,14 @@ public class XinserveChatOptions implements StructuredOutputChatOptions, ToolCal
     o.toolNames = !x.toolNames.isEmpty() ? x.toolNames : o.toolNames;
     o.internalToolExecutionEnabled =
         x.internalToolExecutionEnabled != null ? x.internalToolExecutionEnabled : o.internalToolExecutionEnabled;
+    o.toolChoice = x.toolChoice != null ? x.toolChoice : o.toolChoice;
+    o.parallelToolCalls = x.parallelToolCalls != null ? x.parallelToolCalls : o.parallelToolCalls;
     if (!x.toolContext.isEmpty()) {
       Map<String, Object> context = new HashMap<>(o.toolContext);
       context.putAll(x.toolContext);
       o.toolContext = Map.copyOf(context);
     }
     return o;
-  }
-
-  /**
-   * @return the names of the tools these options ask for: each tool callback's name, then the
-   *     tool names (Spring AI 1.1's {@code toolNames}), without repeats; empty if none
-   */
-  public List<String> requestedTools() {
-    Set<String> names = new LinkedHashSet<>();
-    for (ToolCallback c : toolCallbacks) {
-      names.add(c.getToolDefinition().name());
-    }
-    names.addAll(toolNames);
-    return List.copyOf(names);
   }
 
   @Override
@@ -307,6 +299,42 @@ public class XinserveChatOptions implements StructuredOutputChatOptions, ToolCal
     this.toolContext = toolContext == null ? Map.of() : Map.copyOf(toolContext);
   }
 
+  /**
+   * @return the contract's {@code tool_choice} (OpenAI's): {@code "none"}, {@code "auto"}, {@code
+   *     "required"} or the name of one offered tool; {@code null} for {@code "auto"} when tools
+   *     are offered
+   */
+  public String getToolChoice() {
+    return toolChoice;
+  }
+
+  /**
+   * @param toolChoice {@code "none"} (answer in text), {@code "auto"} (the model decides; the
+   *     server refuses it with INVALID_ARGUMENT naming {@code tool_choice} unless the model has a
+   *     tool-call parser, {@code models[].tool_call_parser}), {@code "required"} (at least one
+   *     call, forced by structured output, so any model can) or a tool's name (that tool, forced
+   *     likewise); {@code null} for {@code "auto"}. Applies only to a prompt that offers tools.
+   *     A forced choice applies to the round that
+   *     follows the user's message; the round after tool results is sent with {@code "none"}, so
+   *     the model answers in text.
+   */
+  public void setToolChoice(String toolChoice) {
+    this.toolChoice = toolChoice;
+  }
+
+  /** @return the contract's {@code parallel_tool_calls}, {@code null} for the server's default */
+  public Boolean getParallelToolCalls() {
+    return parallelToolCalls;
+  }
+
+  /**
+   * @param parallelToolCalls {@code false} limits a {@code "required"} reply to one tool call;
+   *     {@code null} for the server's default ({@code true})
+   */
+  public void setParallelToolCalls(Boolean parallelToolCalls) {
+    this.parallelToolCalls = parallelToolCalls;
+  }
+
   /** @return an independent copy of these options (Spring AI 1.1's {@code ChatOptions.copy()}) */
   @SuppressWarnings("unchecked")
   public XinserveChatOptions copy() {
@@ -339,6 +367,8 @@ public class XinserveChatOptions implements StructuredOutputChatOptions, ToolCal
     toolNames = x.toolNames;
     internalToolExecutionEnabled = x.internalToolExecutionEnabled;
     toolContext = x.toolContext;
+    toolChoice = x.toolChoice;
+    parallelToolCalls = x.parallelToolCalls;
   }
 
   @Override
@@ -361,14 +391,17 @@ public class XinserveChatOptions implements StructuredOutputChatOptions, ToolCal
         && Objects.equals(toolCallbacks, o.toolCallbacks)
         && Objects.equals(toolNames, o.toolNames)
         && Objects.equals(internalToolExecutionEnabled, o.internalToolExecutionEnabled)
-        && Objects.equals(toolContext, o.toolContext);
+        && Objects.equals(toolContext, o.toolContext)
+        && Objects.equals(toolChoice, o.toolChoice)
+        && Objects.equals(parallelToolCalls, o.parallelToolCalls);
   }
 
   @Override
   public int hashCode() {
     return Objects.hash(
         model, temperature, topP, topK, maxTokens, stopSequences, presencePenalty, frequencyPenalty,
-        repetitionPenalty, seed, ignoreEos, outputSchema, toolCallbacks, toolNames, toolContext);
+        repetitionPenalty, seed, ignoreEos, outputSchema, toolCallbacks, toolNames, toolContext,
+        toolChoice, parallelToolCalls);
   }
 
   /**
@@ -505,6 +538,21 @@ public class XinserveChatOptions implements StructuredOutputChatOptions, ToolCal
       Map<String, Object> context = new HashMap<>(o.toolContext);
       context.put(Objects.requireNonNull(key, "key"), Objects.requireNonNull(value, "value"));
       o.toolContext = Map.copyOf(context);
+      return this;
+    }
+
+    /**
+     * @param v {@code "none"}, {@code "auto"}, {@code "required"} or a tool's name ({@link
+     *     XinserveChatOptions#setToolChoice}) @return this builder
+     */
+    public Builder toolChoice(String v) {
+      o.toolChoice = v;
+      return this;
+    }
+
+    /** @param v parallel_tool_calls @return this builder */
+    public Builder parallelToolCalls(Boolean v) {
+      o.parallelToolCalls = v;
       return this;
     }
 

@@ -259,10 +259,14 @@ class XinserveSpringAiTest {
             "xinserve.client.clients.ai.model=named-model",
             "xinserve.client.clients.ai.embedding-model=named-embed",
             "xinserve.ai.client=ai",
-            "xinserve.ai.chat.options.temperature=0.0")
+            "xinserve.ai.chat.options.temperature=0.0",
+            "xinserve.ai.chat.options.tool-choice=required",
+            "xinserve.ai.chat.options.parallel-tool-calls=false")
         .run(
             ctx -> {
               assertThat(ctx).hasSingleBean(XinserveChatModel.class).hasSingleBean(XinserveEmbeddingModel.class);
+              assertThat(ctx.getBean(XinserveChatModel.class).getOptions().getToolChoice()).isEqualTo("required");
+              assertThat(ctx.getBean(XinserveChatModel.class).getOptions().getParallelToolCalls()).isFalse();
               ctx.getBean(XinserveChatModel.class).call("hello");
               assertThat(chats.get(0).getModel()).isEqualTo("named-model");
               assertThat(chats.get(0).getSamplingParams().getTemperature()).isZero();

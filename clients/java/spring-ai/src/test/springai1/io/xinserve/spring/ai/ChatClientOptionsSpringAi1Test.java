@@ -16,7 +16,7 @@ import org.springframework.ai.chat.prompt.ChatOptions;
 /**
  * Spring AI 1.1's {@code ChatClient}: the per-call options object replaces the model's default
  * options ({@code chatModel.getDefaultOptions().copy()} only when none is given); every xinserve
- * option reaches the server; tool names are refused like callbacks.
+ * option reaches the server; a tool name no resolver knows fails before any call.
  */
 @Timeout(60)
 class ChatClientOptionsSpringAi1Test {
@@ -62,18 +62,26 @@ class ChatClientOptionsSpringAi1Test {
   }
 
   @Test
-  void copyRoundTripsEveryFieldAndToolNamesAreRefused() {
+  void copyRoundTripsEveryFieldAndUnknownToolNamesFailBeforeAnyCall() {
     XinserveChatOptions all =
-        EveryOption.builder().toolNames(Set.of("lookup")).internalToolExecutionEnabled(false).toolContext("k", "v").build();
+        EveryOption.builder()
+            .toolNames(Set.of("lookup"))
+            .internalToolExecutionEnabled(false)
+            .toolContext("k", "v")
+            .toolChoice("lookup")
+            .parallelToolCalls(false)
+            .build();
     assertThat((XinserveChatOptions) all.copy()).isEqualTo(all).isNotSameAs(all);
     assertThat(all.mutate().build()).isEqualTo(all);
+    assertThat(all.copy().getToolChoice()).isEqualTo("lookup");
+    assertThat(all.copy().getParallelToolCalls()).isFalse();
     assertThatThrownBy(() -> chat.prompt().user("q").toolNames("lookup").call().content())
-        .isInstanceOf(UnsupportedOperationException.class)
-        .hasMessageContaining("[lookup]");
+        .isInstanceOf(IllegalStateException.class)
+        .hasMessageContaining("lookup");
     assertThatThrownBy(
             () -> chat.prompt().user("q").options(ChatOptions.builder().maxTokens(2).build()).toolNames("lookup").call().content())
-        .isInstanceOf(UnsupportedOperationException.class)
-        .hasMessageContaining("[lookup]");
+        .isInstanceOf(IllegalStateException.class)
+        .hasMessageContaining("lookup");
     assertThat(server.requests).isEmpty();
   }
 }
