@@ -14,7 +14,7 @@ import org.springframework.ai.model.tool.ToolCallingChatOptions;
  * <p>{@code ChatClient} builds every request's options as {@code
  * chatModel.getOptions().mutate().combineWith(userBuilder)} and hands tools to the result when it
  * is a {@code ToolCallingChatOptions.Builder}: so the per-call xinserve fields survive, and tools
- * reach {@link XinserveChatModel} (which refuses them) instead of being dropped.
+ * reach {@link XinserveChatModel} (which offers them to the model) instead of being dropped.
  */
 interface ChatOptionsBuilderContract
     extends StructuredOutputChatOptions.Builder<XinserveChatOptions.Builder>,
