@@ -10,9 +10,11 @@ import socket
 from pathlib import Path
 
 import grpc
+import httpx
 import pytest
 
 from audit import QueryFilter, decode_record
+from service.access.auth import Authenticator, ForwardedClient, hash_token, load_token_file
 from service.access.xfcc import XfccError, nearest_client, parse_xfcc
 from service.core.listen_probe import ListenError
 from service.settings.config import ConfigError, load_settings
@@ -214,3 +216,33 @@ async def test_a_stale_socket_is_replaced_and_another_file_refused(tmp_path: Pat
         async with started_server(tmp_path / "second", **overrides):
             pass
     assert plain.read_text() == "not a socket"
+
+
+@ASYNC
+async def test_the_openai_front_end_refuses_the_header_with_401(tmp_path: Path) -> None:
+    async with started_server(tmp_path, listen={"plaintext": ["127.0.0.1:0"], "http": ["127.0.0.1:0"]}) as server:
+        assert server.http is not None
+        port = next(iter(server.http.ports.values()))
+        header = {"x-forwarded-client-cert": _xfcc(TELLER, TELLER_HASH), "x-request-id": "forged-on-http"}
+        async with httpx.AsyncClient() as client:
+            reply = await client.get(f"http://127.0.0.1:{port}/v1/models", headers=header)
+            plain = await client.get(f"http://127.0.0.1:{port}/v1/models", headers={"x-request-id": "plain-http"})
+        records = await _records(server)
+    assert reply.status_code == 401
+    assert "trusted-proxy listener" in reply.json()["error"]["message"]
+    assert plain.status_code == 200
+    forged = records["forged-on-http"]
+    assert (forged.outcome, forged.detail["xfcc_refused"]) == ("UNAUTHENTICATED", True)
+    assert records["plain-http"].outcome == "OK"
+
+
+def test_a_token_through_the_gateway_keeps_the_forwarded_certificate(tmp_path: Path) -> None:
+    token_file = tmp_path / "tokens"
+    token_file.write_text(f"svc-teller {hash_token('gateway-token-0123456789')} user\n")
+    auth = Authenticator(load_token_file(token_file), required=True)
+    forwarded = ForwardedClient(TELLER_HASH, TELLER)
+    principal = auth.authenticate("Bearer gateway-token-0123456789", {}, forwarded)
+    assert (principal.name, principal.auth_method) == ("svc-teller", "token")
+    assert (principal.cert_subject, principal.cert_fingerprint) == (TELLER, TELLER_HASH)
+    alone = auth.authenticate(None, {}, forwarded)
+    assert (alone.name, alone.auth_method, alone.roles) == (TELLER, "forwarded", frozenset({"user"}))
