@@ -2,19 +2,23 @@ package io.xinserve.spring.ai;
 
 import static org.assertj.core.api.Assertions.assertThat;
 
+import io.xinserve.v1.ToolCall;
+import io.xinserve.v1.ToolChoiceMode;
 import java.time.Duration;
 import java.util.List;
+import java.util.concurrent.CopyOnWriteArrayList;
 import org.junit.jupiter.api.AfterEach;
 import org.junit.jupiter.api.BeforeEach;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.Timeout;
 import org.springframework.ai.chat.client.ChatClient;
 import org.springframework.ai.chat.prompt.ChatOptions;
+import org.springframework.ai.tool.annotation.Tool;
 
 /**
  * Spring AI 2.0's {@code ChatClient} merges {@code chatModel.getOptions().mutate().combineWith(
  * perCallBuilder)}: every xinserve option given per call reaches the server, over the model's
- * defaults.
+ * defaults; per-call tools and tool choice are run by its ToolCallingAdvisor.
  */
 @Timeout(60)
 class ChatClientOptionsSpringAi2Test {
@@ -72,5 +76,39 @@ class ChatClientOptionsSpringAi2Test {
     assertThat(all.mutate().build().getToolChoice()).isEqualTo("lookup");
     assertThat(all.copy()).isEqualTo(all);
     assertThat(XinserveChatOptions.builder().combineWith(all.mutate()).build()).isEqualTo(all);
+  }
+
+  static final class Lookup {
+    final List<String> keys = new CopyOnWriteArrayList<>();
+
+    @Tool(description = "Looks a key up")
+    String lookup(String key) {
+      keys.add(key);
+      return "found";
+    }
+  }
+
+  @Test
+  void aPerCallToolChoiceBuilderAndToolsRunThroughTheToolCallingAdvisor() {
+    server.toolCall =
+        ToolCall.newBuilder().setId("call_9").setName("lookup").setArguments("{\"key\": \"k\"}").build();
+    server.reply = "done";
+    Lookup tools = new Lookup();
+
+    String answer =
+        chat.prompt()
+            .user("q")
+            .tools(tools)
+            .options(XinserveChatOptions.builder().toolChoice("lookup").parallelToolCalls(false))
+            .call()
+            .content();
+
+    assertThat(answer).isEqualTo("done");
+    assertThat(tools.keys).containsExactly("k");
+    assertThat(server.requests).hasSize(2);
+    assertThat(server.requests.get(0).getToolChoice().getFunctionName()).isEqualTo("lookup");
+    assertThat(server.requests.get(0).getParallelToolCalls()).isFalse();
+    assertThat(server.requests.get(0).getSamplingParams().getMaxTokens()).as("the model's default kept").isEqualTo(64);
+    assertThat(server.requests.get(1).getToolChoice().getMode()).isEqualTo(ToolChoiceMode.TOOL_CHOICE_MODE_NONE);
   }
 }
