@@ -50,65 +50,19 @@ def _load_tsa_roots(paths: list[str]) -> list[Any]:
 def run_verify(args: argparse.Namespace) -> int:
     """``xinserve audit verify``: the report on stdout (text or ``--json``), the exit code."""
     from audit.config import parse_sm4_key
-    from audit.query import format_time_ms
-    from audit.verify import verify_store
 
     check_record_range(args.start, args.end)
     keys = _load_keys(args.public_key)
     if args.archive is not None:
-        from audit.archive import verify_archive
-
-        key = parse_sm4_key(args.archive_key_file.read_bytes()) if args.archive_key_file else None
-        problems = verify_archive(args.archive, keys, key)
-        if args.json:
-            print(json.dumps({"ok": not problems, "archive": args.archive.name, "problems": problems}))
-        else:
-            for msg in problems:
-                print(f"FAIL {args.archive.name}: {msg}")
-            if not problems:
-                print(f"OK   {args.archive.name}: chain and signed checkpoints verify")
-        return EXIT_OK if not problems else EXIT_FAILED
+        return _verify_one_archive(args, keys)
     from audit.anchors import AnchorSet, load_anchors
-    from audit.verify import missing_store_report
 
     anchors = load_anchors(args.anchor) if args.anchor else AnchorSet()
     for name, n in anchors.skipped.items():
         err(f"note: {n} lines of anchor file {name} skipped: not text (not UTF-8 or NUL bytes), no anchor in them")
     tsa_roots = _load_tsa_roots(args.tsa_cert) if args.tsa_cert else None
     archive_key = parse_sm4_key(args.archive_key_file.read_bytes()) if args.archive_key_file else None
-    from audit.verify import VerifyReport
-
-    missing = False
-    try:
-        settings = store_from_args(args)
-    except AuditStoreError as exc:
-        if "does not exist" not in str(exc):
-            raise
-        missing = True
-        if anchors:
-            report = missing_store_report(anchors, "the audit database does not exist (deleted)", keys)
-        else:
-            report = VerifyReport(chains=[])
-    else:
-        from audit.stores import open_store
-
-        bar = _progress(args)
-        with open_store(settings, readonly=True) as store:
-            report = verify_store(
-                store,
-                keys,
-                chain=args.chain,
-                start=args.start,
-                end=args.end,
-                now_ms=None if args.offline else int(time.time() * 1000),
-                anchors=anchors,
-                progress=bar.update if bar is not None else None,
-                tsa_roots=tsa_roots,
-                archive_dir=args.archive_dir,
-                archive_key=archive_key,
-            )
-        if bar is not None:
-            bar.close()
+    report, missing = _verify(args, keys, anchors, tsa_roots, archive_key)
     # Nothing to verify proves nothing: an auditor must not read a deleted, emptied or dropped log as intact.
     empty = not report.chains
     ok = report.ok and (args.allow_empty or not empty)
@@ -120,33 +74,98 @@ def run_verify(args: argparse.Namespace) -> int:
         print(json.dumps(doc, ensure_ascii=False))
     else:
         if empty:
-            what = "the audit database does not exist" if missing else "no audit records or checkpoints found"
-            if args.allow_empty:
-                print(f"OK   {what} (--allow-empty)")
-            else:
-                print(f"FAIL {what}: nothing proves the log was never written (--allow-empty accepts an empty log)")
+            _print_empty(missing, args.allow_empty)
         for c in report.chains:
-            status = "OK  " if c.ok else "FAIL"
-            span = f"records {c.first_seq}..{c.last_seq}" if c.first_seq is not None else "no records"
-            if c.out_of_range:
-                span = f"no records from {args.start} on (last record: {c.last_record or 'none'})"
-            cp = (
-                f"last checkpoint {c.last_checkpoint} at {format_time_ms(c.last_checkpoint_time_ms)}"
-                if c.last_checkpoint is not None and c.last_checkpoint_time_ms is not None
-                else "no checkpoint"
-            )
-            print(f"{status} chain {c.chain}: {span}, {c.checkpoints_checked} checkpoints, {cp}")
-            if c.unsigned_tail:
-                print(f"     {c.unsigned_tail} records after the last checkpoint (not yet signed)")
-            for r in c.recoveries:
-                print(f"     recovered: {r}")
-            for p_ in c.purges:
-                print(f"     purged: {p_}")
-            if c.first_broken is not None:
-                print(f"     first broken record: {c.first_broken}")
-            for p in c.problems:
-                print(f"     {p.kind}: {p.message}")
+            _print_chain(c, args.start)
     return EXIT_OK if ok else EXIT_FAILED
+
+
+def _verify(
+    args: argparse.Namespace, keys: list[Any], anchors: Any, tsa_roots: list[Any] | None, archive_key: bytes | None
+) -> tuple[Any, bool]:
+    """The ``VerifyReport`` of the store of ``--store``, and whether that store is missing (then
+    the report says what the anchors show was deleted)."""
+    from audit.verify import VerifyReport, missing_store_report, verify_store
+
+    try:
+        settings = store_from_args(args)
+    except AuditStoreError as exc:
+        if "does not exist" not in str(exc):
+            raise
+        if anchors:
+            return missing_store_report(anchors, "the audit database does not exist (deleted)", keys), True
+        return VerifyReport(chains=[]), True
+    from audit.stores import open_store
+
+    bar = _progress(args)
+    with open_store(settings, readonly=True) as store:
+        report = verify_store(
+            store,
+            keys,
+            chain=args.chain,
+            start=args.start,
+            end=args.end,
+            now_ms=None if args.offline else int(time.time() * 1000),
+            anchors=anchors,
+            progress=bar.update if bar is not None else None,
+            tsa_roots=tsa_roots,
+            archive_dir=args.archive_dir,
+            archive_key=archive_key,
+        )
+    if bar is not None:
+        bar.close()
+    return report, False
+
+
+def _verify_one_archive(args: argparse.Namespace, keys: list[Any]) -> int:
+    """``verify --archive FILE``: one retention archive (chain and signed checkpoints)."""
+    from audit.archive import verify_archive
+    from audit.config import parse_sm4_key
+
+    key = parse_sm4_key(args.archive_key_file.read_bytes()) if args.archive_key_file else None
+    problems = verify_archive(args.archive, keys, key)
+    if args.json:
+        print(json.dumps({"ok": not problems, "archive": args.archive.name, "problems": problems}))
+    else:
+        for msg in problems:
+            print(f"FAIL {args.archive.name}: {msg}")
+        if not problems:
+            print(f"OK   {args.archive.name}: chain and signed checkpoints verify")
+    return EXIT_OK if not problems else EXIT_FAILED
+
+
+def _print_empty(missing: bool, allow_empty: bool) -> None:
+    what = "the audit database does not exist" if missing else "no audit records or checkpoints found"
+    if allow_empty:
+        print(f"OK   {what} (--allow-empty)")
+    else:
+        print(f"FAIL {what}: nothing proves the log was never written (--allow-empty accepts an empty log)")
+
+
+def _print_chain(c: Any, start: int | None) -> None:
+    """The text lines of one chain's report (an ``audit.verify.ChainReport``)."""
+    from audit.query import format_time_ms
+
+    status = "OK  " if c.ok else "FAIL"
+    span = f"records {c.first_seq}..{c.last_seq}" if c.first_seq is not None else "no records"
+    if c.out_of_range:
+        span = f"no records from {start} on (last record: {c.last_record or 'none'})"
+    cp = (
+        f"last checkpoint {c.last_checkpoint} at {format_time_ms(c.last_checkpoint_time_ms)}"
+        if c.last_checkpoint is not None and c.last_checkpoint_time_ms is not None
+        else "no checkpoint"
+    )
+    print(f"{status} chain {c.chain}: {span}, {c.checkpoints_checked} checkpoints, {cp}")
+    if c.unsigned_tail:
+        print(f"     {c.unsigned_tail} records after the last checkpoint (not yet signed)")
+    for r in c.recoveries:
+        print(f"     recovered: {r}")
+    for p_ in c.purges:
+        print(f"     purged: {p_}")
+    if c.first_broken is not None:
+        print(f"     first broken record: {c.first_broken}")
+    for p in c.problems:
+        print(f"     {p.kind}: {p.message}")
 
 
 @guard
