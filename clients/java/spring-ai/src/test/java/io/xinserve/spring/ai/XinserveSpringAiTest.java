@@ -39,7 +39,11 @@ import org.springframework.ai.chat.messages.UserMessage;
 import org.springframework.ai.chat.model.ChatResponse;
 import org.springframework.ai.chat.prompt.ChatOptions;
 import org.springframework.ai.chat.prompt.Prompt;
+import org.springframework.ai.model.tool.ToolCallingChatOptions;
+import org.springframework.ai.model.tool.ToolCallingManager;
+import org.springframework.ai.model.tool.ToolExecutionResult;
 import org.springframework.ai.retry.NonTransientAiException;
+import org.springframework.ai.tool.definition.ToolDefinition;
 import org.springframework.ai.retry.TransientAiException;
 import org.springframework.boot.autoconfigure.AutoConfigurations;
 import org.springframework.boot.test.context.runner.ApplicationContextRunner;
@@ -278,5 +282,32 @@ class XinserveSpringAiTest {
             AutoConfigurations.of(starterAutoConfiguration(), XinserveAiAutoConfiguration.class))
         .withPropertyValues("xinserve.client.address=x:1", "xinserve.ai.chat.enabled=false")
         .run(ctx -> assertThat(ctx).doesNotHaveBean(XinserveChatModel.class).hasSingleBean(XinserveEmbeddingModel.class));
+  }
+
+  @Test
+  void theAutoConfiguredModelResolvesToolsWithTheApplicationsToolCallingManager() {
+    XinserveClientCustomizer inProcess = (n, b) -> b.channelBuilder(InProcessChannelBuilder.forName(name));
+    ToolCallingManager manager =
+        new ToolCallingManager() {
+          @Override
+          public List<ToolDefinition> resolveToolDefinitions(ToolCallingChatOptions options) {
+            return List.of(ToolDefinition.builder().name("fromBean").description("d").inputSchema("{}").build());
+          }
+
+          @Override
+          public ToolExecutionResult executeToolCalls(Prompt prompt, ChatResponse response) {
+            throw new AssertionError("no tool call expected");
+          }
+        };
+    new ApplicationContextRunner()
+        .withConfiguration(AutoConfigurations.of(starterAutoConfiguration(), XinserveAiAutoConfiguration.class))
+        .withBean(XinserveClientCustomizer.class, () -> inProcess)
+        .withBean(ToolCallingManager.class, () -> manager)
+        .withPropertyValues("xinserve.client.address=x:1", "xinserve.client.model=tiny")
+        .run(
+            ctx -> {
+              ctx.getBean(XinserveChatModel.class).call("hello");
+              assertThat(chats.get(0).getToolsList()).extracting(io.xinserve.v1.Tool::getName).containsExactly("fromBean");
+            });
   }
 }
