@@ -36,6 +36,7 @@ OPENAI_INFERENCE_METHODS = (
     "openai/chat.completions",
     "openai/completions",
     "openai/embeddings",
+    "openai/responses",
     "openai/tokenize",
     "openai/detokenize",
 )

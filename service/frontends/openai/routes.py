@@ -4,7 +4,8 @@ the call core (``service.pipeline.call_core``) and the inference operations (``s
 Routes (OpenAI API reference): ``GET /v1/models``, ``GET /v1/models/{model}``,
 ``POST /v1/completions``, ``POST /v1/chat/completions`` (``stream: true`` → Server-Sent
 Events ending in ``data: [DONE]``; ``stream_options.include_usage`` adds a usage chunk),
-``POST /v1/embeddings``; ``GET /health`` (200 while the gRPC health of ``""`` is SERVING,
+``POST /v1/embeddings``, ``POST /v1/responses`` (OpenAI's Responses API for text, as one
+Chat call: ``service.frontends.openai.responses``); ``GET /health`` (200 while the gRPC health of ``""`` is SERVING,
 else 503; ``/ping`` the same) and ``GET /health/live`` (200 while the process runs); none is
 audited, each answers with an ``x-request-id`` like every reply.
 A POST body must be declared ``Content-Type: application/json`` (else 415) and is validated
@@ -16,7 +17,8 @@ of its own for a request body), so a slow client never holds an admission slot; 
 that disconnects while sending it is recorded as CANCELLED.
 
 Each call is one record in the audit log with method ``openai/<endpoint>`` (e.g.
-``openai/chat.completions``), counted by the same admission as gRPC, and answered with its
+``openai/chat.completions``; each prompt of a batched completions request is a call of its
+own), counted by the same admission as gRPC, and answered with its
 request id in the ``x-request-id`` header. A client that disconnects cancels the task
 running its call, which aborts the engine request at once.
 """
@@ -66,6 +68,13 @@ from service.frontends.openai.mapping import (
     tokenize_request,
     tokenize_response,
 )
+from service.frontends.openai.responses import (
+    ResponsesBody,
+    StreamEvents,
+    response_object,
+    responses_error,
+)
+from service.frontends.openai.responses import chat_request as responses_chat_request
 from service.frontends.openai.schemas import (
     ChatBody,
     CompletionBody,
@@ -322,6 +331,11 @@ def _sse(data: Any) -> str:
     return f"data: {json.dumps(data, ensure_ascii=False, separators=(',', ':'))}\n\n"
 
 
+def _sse_event(event: dict[str, Any]) -> str:
+    """A Responses stream event: ``event: <type>`` and its JSON ``data`` (no ``[DONE]`` follows)."""
+    return f"event: {event['type']}\n{_sse(event)}"
+
+
 class OpenAIRoutes:
     """The routes, over one call core and the inference operations.
 
@@ -352,6 +366,7 @@ class OpenAIRoutes:
                 Route("/v1/completions", self.completions, methods=["POST"]),
                 Route("/v1/chat/completions", self.chat_completions, methods=["POST"]),
                 Route("/v1/embeddings", self.embeddings, methods=["POST"]),
+                Route("/v1/responses", self.responses, methods=["POST"]),
                 Route("/tokenize", self.tokenize, methods=["POST"]),
                 Route("/detokenize", self.detokenize, methods=["POST"]),
                 Route("/health", self.health, methods=["GET"]),
@@ -531,6 +546,54 @@ class OpenAIRoutes:
             return embedding_response(reply, body.model, body.encoding_format or "float")
 
         return await self._call(request, "openai/embeddings", True, op)
+
+    async def responses(self, request: Request) -> Response:
+        """OpenAI's ``POST /v1/responses`` for text (``service.frontends.openai.responses``):
+        one Chat call to the call core, admitted and audited as ``openai/responses``."""
+        started = self.core.begin("openai/responses", self._transport(request))
+        record = started.record
+        events = self._response_events(request, started, await self._receive(request, started))
+        try:
+            first = await events.__anext__()
+        except RpcError as err:
+            return self._error(err, record, chat=True)
+        if isinstance(first, dict):
+            return self._ok(first, record)
+        return EventStream(first, events, {REQUEST_ID_HEADER: record.request_id or ""})  # type: ignore[arg-type]
+
+    async def _response_events(self, request: Request, started: Started, raw: bytes | RpcError) -> AsyncIterator[Any]:
+        """The ``response`` object (a dict) when not streamed, else the SSE events; an error
+        before the first event is raised as ``RpcError``, a later one sent as an ``error``
+        event."""
+        stream: StreamEvents | None = None
+        result: dict[str, Any] | None = None
+        try:
+            async with self.core.run(started, admitted=not isinstance(raw, RpcError), cancel_code=_cancelled) as record:
+                if isinstance(raw, RpcError):
+                    raise raw
+                body = parse_body(ResponsesBody, _parse_json(request, raw))
+                proto = responses_chat_request(body)
+                try:
+                    if not body.stream:
+                        reply = await _unless_disconnected(request, self.ops.chat(proto, record))
+                        result = response_object(reply, body)
+                    else:
+                        stream = StreamEvents(body, record.request_id or "")
+                        messages = self.ops.chat_stream(proto, record)
+                        async with contextlib.aclosing(messages):  # type: ignore[type-var]
+                            async for msg in messages:
+                                for event in stream.events(msg):
+                                    yield _sse_event(event)
+                except RpcError as err:
+                    raise responses_error(err, body) from None
+        except RpcError as err:
+            if stream is None or not stream.started:
+                raise
+            _, error_body, _ = http_error(err, chat=True)
+            yield _sse_event(stream.error(error_body))
+            return
+        if result is not None:
+            yield result
 
     async def tokenize(self, request: Request) -> Response:
         """vLLM's ``POST /tokenize`` (prompt form), as gRPC ``Tokenize``: admitted, audited."""
