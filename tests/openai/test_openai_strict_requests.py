@@ -265,7 +265,34 @@ async def test_a_body_not_declared_json_is_a_415(served, endpoint, case):
     assert record.outcome == "INVALID_ARGUMENT"
 
 
-ACCEPTED_MEDIA_TYPES = ["application/json; charset=utf-8", "Application/JSON", "application/json;charset=UTF-8"]
+ACCEPTED_MEDIA_TYPES = [
+    "application/json; charset=utf-8",
+    "Application/JSON",
+    "application/json;charset=UTF-8",
+    'application/json; charset="utf8"',
+]
+REFUSED_CHARSETS = {
+    "latin-1": "application/json; charset=latin-1",
+    "iso-8859-1": "application/json; charset=ISO-8859-1",
+    "utf-16": "application/json; charset=utf-16",
+    "unknown": "application/json; charset=no-such-charset",
+}
+
+
+@ASYNC
+@pytest.mark.parametrize("case", list(REFUSED_CHARSETS))
+async def test_a_json_body_in_another_charset_is_a_415_naming_it(served, case):
+    base, runtime = served
+    request_id = f"charset-{case}"
+    headers = {"x-request-id": request_id, "content-type": REFUSED_CHARSETS[case]}
+    async with httpx.AsyncClient(timeout=60) as http:
+        reply = await http.post(f"{base}/v1/chat/completions", content=json.dumps(CHAT).encode(), headers=headers)
+    error = _refusal(reply, 415, request_id)
+    assert (error["code"], error["param"]) == ("unsupported_media_type", "content-type")
+    charset = REFUSED_CHARSETS[case].split("=", 1)[1]
+    assert "charset must be utf-8" in error["message"] and repr(charset) in error["message"]
+    (record,) = await rpc_records(runtime, request_id)
+    assert record.outcome == "INVALID_ARGUMENT"
 
 
 @ASYNC
