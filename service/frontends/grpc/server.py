@@ -1,4 +1,5 @@
-"""A gRPC front end: one grpc.aio server with its listeners, bound to a shared Runtime."""
+"""A gRPC front end: one grpc.aio server with its listeners over the call core and the
+inference operations it shares with the other front end."""
 
 from __future__ import annotations
 
@@ -12,8 +13,6 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1.health import aio as health_aio
 
-from service.access.auth import Authenticator
-from service.access.policy import AccessPolicy
 from service.core.listen_probe import ListenError
 from service.core.tls_material import TlsMaterial, load_tls_material
 from service.frontends.grpc.attestation_servicer import AttestationServicer
@@ -25,7 +24,6 @@ from service.frontends.grpc.reflection import enable_reflection
 from service.frontends.grpc.server_servicer import ServerServicer
 from service.operations.inference import Inference
 from service.pipeline.call_core import CallCore
-from service.runtime.state import Runtime
 from service.settings.auth import TrustedProxySettings
 from service.settings.config import Settings
 from xinserve.v1 import (
@@ -106,7 +104,7 @@ def _unix_address(listen: str) -> str:
 
 
 class Frontend:
-    """Builds and runs one grpc.aio server over ``runtime``.
+    """Builds and runs one grpc.aio server over ``core`` (and its runtime).
 
     The TLS files are read and checked (``load_tls_material``) before anything binds. The
     listeners bind when it is built (``start`` begins serving on them); with
@@ -114,12 +112,11 @@ class Frontend:
     instead of being shared with it.
 
     Args:
-        runtime: shared state (models, admission, health).
-        settings: which listeners to open, TLS, auth and limits (may differ per front end).
-        authenticator: token/mTLS authentication for this front end.
+        core: the call core (identity, policy, admission, audit), shared with the HTTP
+            front end; built once by ``service.lifecycle.wiring.shared_core``.
+        inference: the inference operations, shared the same way.
+        settings: which listeners to open, TLS and limits.
         device: device kind reported by ModelService/ServerService.
-        core: the call core to share with other front ends (default: one over the above
-            and the policy of ``settings.auth``).
 
     Raises:
         TlsMaterialError: with ``listen.tls``, a TLS file cannot be read, is not PEM of its
@@ -127,19 +124,13 @@ class Frontend:
         ListenError: a listener cannot bind.
     """
 
-    def __init__(
-        self,
-        runtime: Runtime,
-        settings: Settings,
-        authenticator: Authenticator,
-        device: str,
-        core: CallCore | None = None,
-    ) -> None:
+    def __init__(self, core: CallCore, inference: Inference, settings: Settings, device: str) -> None:
         material = load_tls_material(settings.tls) if settings.listen.tls else None
+        runtime = core.runtime
         self.runtime = runtime
         self.settings = settings
-        self.core = core or CallCore(runtime, authenticator, AccessPolicy(settings.auth))
-        self.inference = Inference(runtime, self.core.policy)
+        self.core = core
+        self.inference = inference
         spki = material.leaf_spki_sha256 if material is not None else None
         self.health = health_aio.HealthServicer()
         self._servicers = (
