@@ -21,7 +21,6 @@ import struct
 import time
 from typing import Any
 
-from service.core.sampling_fields import REPEATED_SCALARS, STRUCTURED_OUTPUT
 from service.core.status import FieldViolation, invalid_argument
 from service.frontends.openai.schemas import (
     SAMPLING_EXTRAS,
@@ -35,6 +34,7 @@ from service.frontends.openai.schemas import (
 )
 from service.operations.tools import ToolDelta
 from xinserve.v1 import common_pb2, inference_pb2, sampling_pb2
+from xinserve_client.sampling_fields import REPEATED_SCALARS, STRUCTURED_OUTPUT
 
 _FINISH: dict[int, str] = {
     common_pb2.FINISH_REASON_STOP: "stop",
