@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import time
 from collections.abc import AsyncIterator
@@ -23,6 +24,7 @@ from typing import Any
 import grpc
 
 from engine_backends.protocol import Engine, GenerateInput, GenerationUpdate
+from service.access.login_throttle import peer_host
 from service.access.policy import AccessPolicy
 from service.core import metrics
 from service.core.call_context import CallRecord
@@ -148,6 +150,15 @@ async def _aborted_output(engine: Engine, request_id: str, step: asyncio.Future)
     return step.result()
 
 
+def request_owner(info: CallRecord) -> str:
+    """Whose a running request id is (``Runtime.claim_request``): the principal's name; for
+    an anonymous caller, ``anonymous@<peer host>`` (``login_throttle.peer_host``), so
+    anonymous callers on different hosts neither collide nor abort each other's requests."""
+    if info.principal.auth_method == "anonymous":
+        return f"{info.principal.name}@{peer_host(info.peer)}"
+    return info.principal.name
+
+
 class Inference:
     """The operations of ``xinserve.v1.InferenceService``, each taking the call's record.
 
@@ -160,9 +171,6 @@ class Inference:
         self._rt = runtime
         self._policy = policy
         self._limits = runtime.settings.limits
-        # request id -> engine running it (shared by all front ends), for Abort and
-        # for refusing duplicate ids.
-        self.active = runtime.active_requests
 
     # -- request preparation -----------------------------------------------------------
 
@@ -248,7 +256,7 @@ class Inference:
         if adapter is not None:
             info.audit_detail.update(adapter.audit_detail())
         info.prompt = _audited_prompt(prompt, prompt_ids, messages, plan.tools)
-        if rid in self.active:
+        if self._rt.running_for(rid, request_owner(info)):
             raise RpcError(
                 grpc.StatusCode.ALREADY_EXISTS, f"request id {rid!r} is already running", Reason.DUPLICATE_REQUEST_ID
             )
@@ -286,7 +294,10 @@ class Inference:
         Raises:
             RpcError: UNAVAILABLE when the begin record cannot be written (fail-closed).
         """
-        self.active[gen.request_id] = (engine, info.principal.name)
+        rid, owner = gen.request_id, request_owner(info)
+        engine_id = self._rt.claim_request(rid, engine, owner)
+        if engine_id != rid:
+            gen = dataclasses.replace(gen, request_id=engine_id)
         model = engine.info.name
         stream = gen.stream
         inter_token = metrics.INTER_TOKEN_LATENCY.labels(model) if stream else None
@@ -324,7 +335,7 @@ class Inference:
             generated = info.completion_tokens - counted_before
             if generated:
                 metrics.GENERATION_TOKENS.labels(model).inc(generated)
-            self.active.pop(gen.request_id, None)
+            self._rt.release_request(rid, owner)
             if updates is not iterator:
                 await updates.aclose()  # type: ignore[attr-defined]
             await iterator.aclose()  # type: ignore[attr-defined]
@@ -367,7 +378,7 @@ class Inference:
             final = update
         if final is None:
             raise RpcError(grpc.StatusCode.INTERNAL, "the engine returned no output", Reason.ENGINE_NO_OUTPUT)
-        response = response_cls(request_id=gen.request_id, usage=self._usage(final, info))
+        response = response_cls(request_id=info.request_id or gen.request_id, usage=self._usage(final, info))
         contents: dict[int, str | None] = {}
         for i in sorted(by_index):
             output = response.outputs.add()
@@ -422,7 +433,7 @@ class Inference:
         deltas = auto if read_deltas else None
         keep_text = plan.schema is not None or auto is not None
         texts: dict[int, list[str]] = {}
-        rid = gen.request_id
+        rid = info.request_id or gen.request_id
         finished: set[int] = set()
         first = True
         async for update in self.run(engine, gen, info):
@@ -540,8 +551,8 @@ class Inference:
         info.manifest_digest = self._rt.models[request.model].manifest_digest or None
         info.prompt = "\x1e".join(item if isinstance(item, str) else ",".join(map(str, item)) for item in inputs)
         normalize = request.normalize if request.HasField("normalize") else None
-        with self._rt.running_request(rid, engine, info.principal.name):
-            result = await engine.embed(rid, inputs, normalize, dimensions)
+        with self._rt.running_request(rid, engine, request_owner(info)) as engine_id:
+            result = await engine.embed(engine_id, inputs, normalize, dimensions)
         info.prompt_tokens = result.prompt_tokens
         metrics.PROMPT_TOKENS.labels(engine.info.name).inc(result.prompt_tokens)
         return inference_pb2.EmbedResponse(
@@ -610,12 +621,11 @@ class Inference:
             v.add("request_id", REQUEST_ID_RULE)
         v.raise_if_any()
         info.request_id = request.request_id
-        running = self.active.get(request.request_id)
-        # Only the caller that started a request (or an admin) may abort it; to anyone else
-        # it looks like an unknown id, so ids of other principals' requests do not leak.
-        if running is None or (
-            running[1] != info.principal.name and not self._policy.may_act_for_others(info.principal)
-        ):
-            return inference_pb2.AbortResponse(aborted=False)
-        aborted = await running[0].abort(request.request_id)
+        # Only the owner that started a request (``request_owner``: an anonymous caller from
+        # the same peer host), or a role acting for others, may abort it; to anyone else it
+        # looks like an unknown id, so ids of other callers' requests do not leak.
+        owner = None if self._policy.may_act_for_others(info.principal) else request_owner(info)
+        aborted = False
+        for engine, engine_id in self._rt.running_for(request.request_id, owner):
+            aborted = await engine.abort(engine_id) or aborted
         return inference_pb2.AbortResponse(aborted=aborted)

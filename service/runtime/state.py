@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import uuid
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -63,7 +64,9 @@ class Runtime:
         )
         self.draining = False
         # request id -> (engine running it, principal that started it)
-        self.active_requests: dict[str, tuple[Engine, str]] = {}
+        self.active_requests: dict[str, dict[str, tuple[Engine, str]]] = {}
+        """Running inference requests: request id → owner (``request_owner``) → (engine, the
+        engine's id for the request); ``claim_request`` is the one rule that fills it."""
         self._health: list[health_aio.HealthServicer] = []
         self._status: dict[str, int] = {
             OVERALL: health_pb2.HealthCheckResponse.NOT_SERVING,
@@ -210,25 +213,53 @@ class Runtime:
             )
         return adapter
 
-    @contextmanager
-    def running_request(self, request_id: str, engine: Engine, principal: str) -> Iterator[None]:
-        """Hold ``request_id`` as running on ``engine`` for ``principal`` (what Abort finds);
-        the same rule for every inference call: an id already running is refused.
+    def claim_request(self, request_id: str, engine: Engine, owner: str) -> str:
+        """Hold ``request_id`` as running on ``engine`` for ``owner`` (``request_owner``), the
+        one rule of every inference call: running ids are scoped per owner, so another
+        owner's running id is neither refused nor revealed. Returns the engine's id for the
+        request: ``request_id`` itself, or, while another owner's request holds that engine
+        id, ``request_id`` with a random suffix (an engine aborts by id).
 
         Raises:
-            RpcError: ALREADY_EXISTS when ``request_id`` is running (any call kind).
+            RpcError: ALREADY_EXISTS when ``owner`` already runs ``request_id``.
         """
-        if request_id in self.active_requests:
+        owners = self.active_requests.setdefault(request_id, {})
+        if owner in owners:
             raise RpcError(
                 grpc.StatusCode.ALREADY_EXISTS,
                 f"request id {request_id!r} is already running",
                 Reason.DUPLICATE_REQUEST_ID,
             )
-        self.active_requests[request_id] = (engine, principal)
+        engine_id = request_id
+        if any(held == request_id for _, held in owners.values()):
+            engine_id = f"{request_id}~{uuid.uuid4().hex[:12]}"
+        owners[owner] = (engine, engine_id)
+        return engine_id
+
+    def release_request(self, request_id: str, owner: str) -> None:
+        """End ``claim_request``'s hold (a no-op when it has none)."""
+        owners = self.active_requests.get(request_id)
+        if owners is not None:
+            owners.pop(owner, None)
+            if not owners:
+                del self.active_requests[request_id]
+
+    def running_for(self, request_id: str, owner: str | None) -> list[tuple[Engine, str]]:
+        """(engine, engine id) of ``request_id`` run by ``owner``; ``owner`` None: by anyone."""
+        owners = self.active_requests.get(request_id) or {}
+        if owner is None:
+            return list(owners.values())
+        held = owners.get(owner)
+        return [held] if held is not None else []
+
+    @contextmanager
+    def running_request(self, request_id: str, engine: Engine, owner: str) -> Iterator[str]:
+        """``claim_request`` for the block; yields the engine's id for the request."""
+        engine_id = self.claim_request(request_id, engine, owner)
         try:
-            yield
+            yield engine_id
         finally:
-            self.active_requests.pop(request_id, None)
+            self.release_request(request_id, owner)
 
     def ready_engines(self) -> list[tuple[str, Engine]]:
         return [
