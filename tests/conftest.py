@@ -114,6 +114,21 @@ async def api(live_server: LiveServer) -> AsyncIterator[Any]:
         await s.close()
 
 
+@pytest.fixture(autouse=True)
+def _logs_on_an_open_stream() -> Iterator[None]:
+    """After a test that ran ``xinserve serve`` in-process under ``capsys``/``capfd`` (which
+    configures the logs onto the capture's stream, closed when the test ends), log to the real
+    stderr again, so that a later test's log line is not a ``ValueError`` on a closed file."""
+    yield
+    import structlog
+
+    stream = getattr(structlog.get_config()["logger_factory"], "_file", None)
+    if stream is not None and getattr(stream, "closed", False):
+        from service.core import logs
+
+        logs.configure("console", "warning")
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_unconfigure(config: pytest.Config) -> None:
     """Bound the interpreter's exit: a thread, pool or child left alive by a test shows up as a

@@ -44,7 +44,7 @@ class SmolServer:
 @pytest_asyncio.fixture(scope="module", loop_scope="session")
 async def smollm2_server(tmp_path_factory, smollm2_dir) -> AsyncIterator[SmolServer]:
     """A real server (vLLM on CPU) with only smollm2-135m-instruct, signed with the demo key."""
-    from service import logs, metrics
+    from service.core import logs, metrics
     from service.lifecycle.server import Server
     from service.settings.config import load_settings
 
