@@ -90,6 +90,15 @@ async def test_close_from_another_task_ends_iteration(aclient, stand_in):
     assert await _cancelled(stand_in, stream.request_id)
 
 
+def test_a_task_without_a_cancelling_count_is_not_cancelling(monkeypatch):
+    """Python 3.10's Task has no ``cancelling()``: a stream closed from another task still
+    ends its iteration there instead of raising AttributeError."""
+    from xinserve_client import _streams
+
+    monkeypatch.setattr(_streams.asyncio, "current_task", lambda: object())
+    assert _streams._task_is_cancelling() is False
+
+
 async def test_task_cancellation_propagates_and_cancels_rpc(aclient, stand_in):
     async def consume():
         async for _ in aclient.generate_stream(TINY, "forever", request_id="task-cancel-1"):

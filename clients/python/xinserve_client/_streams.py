@@ -74,6 +74,15 @@ class ResponseStream(Generic[T]):
             pass
 
 
+def _task_is_cancelling() -> bool:
+    """Whether the running task has a cancellation request pending (``Task.cancelling()``,
+    Python >= 3.11). Python 3.10 has no such count: False there, so a stream closed from
+    another task ends its iteration even if its reader was also cancelled."""
+    task = asyncio.current_task()
+    cancelling = getattr(task, "cancelling", None)
+    return cancelling is not None and cancelling() > 0
+
+
 class AsyncResponseStream(Generic[T]):
     """An async iterator over the messages of a server-streaming call.
 
@@ -106,8 +115,7 @@ class AsyncResponseStream(Generic[T]):
                 raise StopAsyncIteration from None
             raise from_rpc_error(exc, self.request_id) from None
         except asyncio.CancelledError:
-            task = asyncio.current_task()
-            if self._closed and not (task is not None and task.cancelling()):
+            if self._closed and not _task_is_cancelling():
                 # grpc.aio reports a call closed from another task as CancelledError in the
                 # reader; that is the end of the stream, not a cancellation of this task.
                 raise StopAsyncIteration from None
