@@ -117,9 +117,11 @@ class AuthSettings(SettingsModel):
     """Failed logins within ``failed_login_window_s`` for one principal (named by an expired
     token), with one presented token (by its SHA-256), or with one client certificate beside
     a refused token (by its subject) that lock it out for ``lockout_s``, from any address."""
-    max_failed_logins_global: int = Field(default=1000, ge=1)
+    max_failed_logins_global: int | None = Field(default=None, ge=1)
     """Failed logins from all sources together within ``failed_login_window_s`` that lock every
-    call presenting a token out for ``global_lockout_s``."""
+    call presenting a token out for ``global_lockout_s``; None (the default): no global budget.
+    Setting it bounds guessing spread over many addresses, and lets anyone who can send that
+    many wrong tokens refuse every token login for ``global_lockout_s``."""
     failed_login_window_s: float = Field(default=60.0, gt=0)
     lockout_s: float = Field(default=300.0, ge=0)
     """While locked out, every call is RESOURCE_EXHAUSTED (``LOGIN_THROTTLED``) with RetryInfo."""

@@ -250,6 +250,19 @@ async def test_one_wrong_token_is_locked_out_and_audited_once(tmp_path):
 
 
 @pytest.mark.asyncio(loop_scope="session")
+async def test_by_default_wrong_tokens_from_all_sources_lock_no_one_else_out(tmp_path):
+    """Without ``auth.max_failed_logins_global`` (the default) no number of wrong tokens
+    refuses another caller's good token: the per-address budget is raised here to stand for
+    guesses spread over many addresses."""
+    async with _throttled_server(tmp_path, {"max_failed_logins": 100_000}) as (runtime, target):
+        async with grpc.aio.insecure_channel(target) as channel:
+            codes = {await _list_models(channel, f"guess-{i}") for i in range(1100)}
+            assert codes == {UNAUTH}
+            assert await _list_models(channel, GOOD) == OK
+        assert await _lockout_events(runtime) == []
+
+
+@pytest.mark.asyncio(loop_scope="session")
 async def test_the_global_budget_locks_every_token_login_out(tmp_path):
     auth = {"max_failed_logins": 100, "max_failed_logins_global": 4, "global_lockout_s": 120}
     async with _throttled_server(tmp_path, auth) as (runtime, target):
