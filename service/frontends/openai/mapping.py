@@ -248,18 +248,6 @@ def completion_requests(body: CompletionBody, max_prompts: int) -> list[inferenc
     return requests
 
 
-def completion_request(body: CompletionBody, request_id: str) -> inference_pb2.GenerateRequest:
-    """A ``GenerateRequest`` for a completions body with one prompt (``completion_requests``).
-
-    Raises:
-        RpcError: INVALID_ARGUMENT as ``completion_requests``, naming ``prompt`` for more
-            than one prompt.
-    """
-    (req,) = completion_requests(body, 1)
-    req.request_id = request_id
-    return req
-
-
 def merged_completions(
     replies: list[inference_pb2.GenerateResponse], n: int, request_id: str
 ) -> inference_pb2.GenerateResponse:

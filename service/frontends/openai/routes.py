@@ -58,7 +58,6 @@ from service.frontends.openai.mapping import (
     add_usage,
     chat_request,
     chat_response,
-    completion_request,
     completion_requests,
     completion_response,
     detokenize_request,
@@ -651,24 +650,21 @@ class OpenAIRoutes:
         return EventStream(first, events, {REQUEST_ID_HEADER: record.request_id or ""})  # type: ignore[arg-type]
 
     async def chat_completions(self, request: Request) -> Response:
-        return await self._generate(request, chat=True)
-
-    async def _generate(self, request: Request, *, chat: bool) -> Response:
-        method = "openai/chat.completions" if chat else "openai/completions"
-        started = self.core.begin(method, self._transport(request))
+        """``POST /v1/chat/completions`` (``_chat_events``)."""
+        started = self.core.begin("openai/chat.completions", self._transport(request))
         record = started.record
-        events = self._events(request, started, chat)
+        events = self._chat_events(request, started)
         try:
             first = await events.__anext__()
         except RpcError as err:
-            return self._error(err, record, chat)
+            return self._error(err, record, chat=True)
         if isinstance(first, dict):  # not streamed: the whole reply
             return self._ok(first, record)
         return EventStream(first, events, {REQUEST_ID_HEADER: record.request_id or ""})  # type: ignore[arg-type]
 
-    async def _events(self, request: Request, started: Started, chat: bool) -> AsyncIterator[Any]:
-        """One dict (the reply) for a unary request; SSE strings for a stream. Errors before
-        the first item raise ``RpcError``; later ones become an error event."""
+    async def _chat_events(self, request: Request, started: Started) -> AsyncIterator[Any]:
+        """One dict (the reply) for a unary chat request; SSE strings for a stream. Errors
+        before the first item raise ``RpcError``; later ones become an error event."""
         sent = False
         raw = await self._receive(request, started)
         try:
@@ -677,36 +673,26 @@ class OpenAIRoutes:
             async with self.core.run(started, admitted=admit, cancel_code=_cancelled) as record:
                 if isinstance(raw, RpcError):
                     raise raw
-                data = _parse_json(request, raw)
-                body: ChatBody | CompletionBody = (
-                    parse_body(ChatBody, data) if chat else parse_body(CompletionBody, data)
-                )
-                top_n = (body.top_logprobs or 0) if isinstance(body, ChatBody) else (body.logprobs or 0)
-                proto: Any = chat_request(body, "") if isinstance(body, ChatBody) else completion_request(body, "")
-                forced = forced_tool(body) if isinstance(body, ChatBody) else None
+                body = parse_body(ChatBody, _parse_json(request, raw))
+                top_n = body.top_logprobs or 0
+                proto = chat_request(body, "")
+                forced = forced_tool(body)
                 if not body.stream:
-                    if chat:
-                        reply, contents = await _unless_disconnected(request, self.ops.chat_contents(proto, record))
-                        result = chat_response(reply, body.model, top_n, forced, contents)
-                    else:
-                        reply = await _unless_disconnected(request, self.ops.generate(proto, record))
-                        result = completion_response(reply, body.model, top_n)
+                    reply, contents = await _unless_disconnected(request, self.ops.chat_contents(proto, record))
+                    result = chat_response(reply, body.model, top_n, forced, contents)
                 else:
                     include_usage = bool(body.stream_options and body.stream_options.include_usage)
                     mapper = StreamChunks(
-                        chat=chat,
+                        chat=True,
                         model=body.model,
                         request_id=record.request_id or "",
                         include_usage=include_usage,
                         top_n=top_n,
                         forced=forced,
                     )
-                    messages: Any = (
-                        self.ops.chat_stream_read(proto, record) if chat else self.ops.generate_stream(proto, record)
-                    )
-                    async with contextlib.aclosing(messages):
-                        async for item in messages:
-                            msg, reading = item if chat else (item, None)
+                    messages = self.ops.chat_stream_read(proto, record)
+                    async with contextlib.aclosing(messages):  # type: ignore[type-var]
+                        async for msg, reading in messages:
                             for chunk in mapper.chunks(msg, reading):
                                 sent = True
                                 yield _sse(chunk)
@@ -714,7 +700,7 @@ class OpenAIRoutes:
         except RpcError as err:
             if not sent:
                 raise
-            _, error_body, _ = http_error(err, chat=chat)
+            _, error_body, _ = http_error(err, chat=True)
             yield _sse(error_body)
             yield "data: [DONE]\n\n"
             return
