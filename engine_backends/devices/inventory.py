@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+from engine_backends.devices import nvidia_smi
 from engine_backends.devices.model import Device, DeviceParseError, DeviceToolError, failed_device
 from engine_backends.devices.registry import KIND_CHIPS, Reader
-from engine_backends.devices.tool_runner import ToolReader
+from engine_backends.devices.tool_runner import ToolReader, find_tool
 
 DEFAULT_TIMEOUT_SECONDS = 10.0
 
@@ -20,6 +21,44 @@ KINDS = tuple(READERS)
 TOOLS: dict[str, tuple[Sequence[str], Callable[[str], list[Device]]]] = {
     kind: (reader.argv, reader.parse) for kind, reader in READERS.items() if isinstance(reader, ToolReader)
 }
+
+# kind -> the command whose presence shows the kind's devices may be on this host (the CPU has
+# none: it is always there). CUDA is read through NVML, with nvidia-smi as its tool.
+PRESENCE_TOOLS: dict[str, str] = {
+    kind: nvidia_smi.ARGV[0] if kind == "cuda" else reader.argv[0]
+    for kind, reader in READERS.items()
+    if kind == "cuda" or isinstance(reader, ToolReader)
+}
+
+
+def kinds_present(timeout: float = DEFAULT_TIMEOUT_SECONDS) -> list[str]:
+    """The device kinds to read on this host when none is named, in ``KINDS`` order: ``cpu``,
+    and each kind whose tool (``PRESENCE_TOOLS``) is installed (``find_tool``).
+
+    A tool that two kinds share (``xpu-smi``: Kunlunxin's and Intel's) is run once per kind,
+    ``timeout`` seconds at most each, and gives the kinds whose parser reads its output; the
+    first of them when none does, so that its failure is shown.
+    """
+    kinds = ["cpu"]
+    by_tool: dict[str, list[str]] = {}
+    for kind, tool in PRESENCE_TOOLS.items():
+        by_tool.setdefault(tool, []).append(kind)
+    for tool, sharing in by_tool.items():
+        if not find_tool(tool):
+            continue
+        if len(sharing) == 1:
+            kinds.extend(sharing)
+            continue
+        readable = [kind for kind in sharing if _reads(kind, timeout)]
+        kinds.extend(readable or sharing[:1])
+    return sorted(kinds, key=KINDS.index)
+
+
+def _reads(kind: str, timeout: float) -> bool:
+    try:
+        return bool(read_devices(kind, timeout))
+    except (DeviceToolError, DeviceParseError, OSError):
+        return False
 
 
 def read_devices(kind: str, timeout: float = DEFAULT_TIMEOUT_SECONDS) -> list[Device]:

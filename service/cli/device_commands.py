@@ -8,8 +8,7 @@ import sys
 from dataclasses import asdict
 
 from engine_backends.devices import KINDS, Device, Health, read_inventory
-from engine_backends.devices.inventory import TOOLS
-from engine_backends.devices.tool_runner import find_tool
+from engine_backends.devices.inventory import PRESENCE_TOOLS, kinds_present
 from service.lifecycle.exit_codes import ExitCode
 
 
@@ -18,8 +17,9 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
         "devices",
         help="show this host's devices (memory, utilisation, temperature, power, health)",
         description=(
-            "Read this host's devices with their vendors' tools (nvidia-smi/NVML, npu-smi, xpu-smi, cnmon, "
-            "mthreads-gmi, hy-smi, mx-smi, /proc for the CPU). With no --device: the CPU and every kind "
+            "Read this host's devices with their vendors' tools (NVML, "
+            + ", ".join(dict.fromkeys(PRESENCE_TOOLS.values()))
+            + ", /proc for the CPU). With no --device: the CPU and every kind "
             "whose tool is installed. Exit codes: 0 every device read and healthy, 1 a device is degraded, "
             "warning or critical (its error is shown), 2 bad usage."
         ),
@@ -30,22 +30,12 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_devices)
 
 
-def _kinds_present() -> list[str]:
-    kinds = ["cpu"]
-    if find_tool("nvidia-smi"):
-        kinds.append("cuda")
-    for kind, (argv, _) in TOOLS.items():
-        if find_tool(argv[0]) and not (kind == "xpu" and "kunlun" in kinds):
-            kinds.append(kind)
-    return kinds
-
-
 def _devices(args: argparse.Namespace) -> int:
     if not 0 < args.timeout <= 600:  # also refuses NaN, which compares false
         print("xinserve devices: --timeout must be in (0, 600] seconds", file=sys.stderr)
         return ExitCode.CONFIG
     devices: list[Device] = []
-    for kind in args.device or _kinds_present():
+    for kind in args.device or kinds_present(args.timeout):
         devices.extend(read_inventory(kind, timeout=args.timeout))
     for d in devices:
         if args.json:

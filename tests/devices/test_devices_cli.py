@@ -21,6 +21,22 @@ def test_devices_finds_an_installed_vendor_tool(capsys, fake_tools):
     assert rows[2]["name"] == "MLU370-X8" and rows[2]["health"] == "ok"
 
 
+@pytest.mark.parametrize(
+    ("fixture", "kind", "name"),
+    [("xpu-smi_intel-arc-a770.txt", "xpu", "Intel(R) Arc(TM) A770"), ("xpu-smi_kunlun-p800.txt", "kunlun", None)],
+)
+def test_devices_tells_intels_xpu_smi_from_kunlunxins(capsys, fake_tools, fixture, kind, name):
+    """Intel's and Kunlunxin's tools are both ``xpu-smi``: the kind is the one whose parser
+    reads the tool's output."""
+    fake_tools.printing("xpu-smi", fixture)
+    main(["devices", "--json"])
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert {r["kind"] for r in rows} == {"cpu", kind}
+    assert all(r["health"] == "ok" for r in rows if r["kind"] == kind)
+    if name is not None:
+        assert rows[1]["name"] == name
+
+
 def test_devices_missing_tool_is_reported_with_exit_1(capsys, fake_tools):
     assert main(["devices", "--device", "ascend"]) == 1
     assert capsys.readouterr().out.strip() == (
