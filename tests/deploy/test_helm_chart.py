@@ -13,6 +13,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from engine_backends.devices.registry import CHIPS
 from engine_backends.platforms import PROFILES
 from service.settings.config import Settings
 from tests.deploy import crd_schemas
@@ -35,18 +36,9 @@ REPO = CHART.parents[2]
 
 PG = POSTGRESQL
 MODELS = ["models[0].name=qwen", "models[0].path=/models/qwen"]
-CHIP_RESOURCES = {
-    "cpu": "",
-    "cuda": "nvidia.com/gpu",
-    "ascend": "huawei.com/Ascend910",
-    "ascend-310p": "huawei.com/Ascend310P",  # Ascend/ascend-for-volcano: NPU310PCardName
-    "kunlun": "kunlunxin.com/xpu",
-    "mlu": "cambricon.com/mlu",
-    "dcu": "hygon.com/dcu",
-    "musa": "mthreads.com/gpu",
-    "metax": "metax-tech.com/gpu",
-    "xpu": "gpu.intel.com/i915",
-}
+# Each chip's device-plugin resource, from the chip registry (test_chip_registry compares the
+# registry with the chart's chipProfiles).
+CHIP_RESOURCES = {chip.name: chip.k8s_resource for chip in CHIPS}
 CUSTOM_KINDS = set(crd_schemas.FILES)
 _validate_all = validate_all
 _container = container_of
