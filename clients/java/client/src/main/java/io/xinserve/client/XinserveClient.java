@@ -2,19 +2,14 @@ package io.xinserve.client;
 
 import io.grpc.CallOptions;
 import io.grpc.Channel;
-import io.grpc.ChannelCredentials;
 import io.grpc.ClientCall;
 import io.grpc.ClientInterceptor;
-import io.grpc.ClientInterceptors;
-import io.grpc.Grpc;
-import io.grpc.InsecureChannelCredentials;
 import io.grpc.ManagedChannel;
 import io.grpc.ManagedChannelBuilder;
 import io.grpc.Metadata;
 import io.grpc.MethodDescriptor;
 import io.grpc.Status;
 import io.grpc.StatusRuntimeException;
-import io.grpc.TlsChannelCredentials;
 import io.grpc.health.v1.HealthCheckRequest;
 import io.grpc.health.v1.HealthCheckResponse;
 import io.grpc.health.v1.HealthGrpc;
@@ -46,16 +41,11 @@ import io.xinserve.v1.SamplingParams;
 import io.xinserve.v1.ServerServiceGrpc;
 import io.xinserve.v1.TokenizeRequest;
 import io.xinserve.v1.TokenizeResponse;
-import java.io.ByteArrayInputStream;
-import java.io.IOException;
 import java.io.UncheckedIOException;
-import java.nio.file.Files;
 import java.nio.file.Path;
 import java.time.Duration;
 import java.util.ArrayList;
-import java.util.LinkedHashMap;
 import java.util.List;
-import java.util.Locale;
 import java.util.Map;
 import java.util.Objects;
 import java.util.concurrent.CompletableFuture;
@@ -98,14 +88,6 @@ import javax.net.ssl.TrustManager;
  * <p>Thread-safe; create one per server and share it. {@link #close()} shuts the channel down.
  */
 public final class XinserveClient implements AutoCloseable {
-  /** Service names the client's retry policy applies to. */
-  static final List<String> RETRIED_SERVICES =
-      List.of(
-          "xinserve.v1.InferenceService",
-          "xinserve.v1.ModelService",
-          "xinserve.v1.ServerService",
-          "grpc.health.v1.Health");
-
   private final ManagedChannel ownedChannel;
   private final Channel channel;
   private final Duration unaryDeadline;
@@ -645,19 +627,7 @@ public final class XinserveClient implements AutoCloseable {
    */
   @Override
   public void close() {
-    if (ownedChannel == null) {
-      return;
-    }
-    ownedChannel.shutdown();
-    try {
-      if (!ownedChannel.awaitTermination(5, TimeUnit.SECONDS)) {
-        ownedChannel.shutdownNow();
-        ownedChannel.awaitTermination(2, TimeUnit.SECONDS);
-      }
-    } catch (InterruptedException e) {
-      ownedChannel.shutdownNow();
-      Thread.currentThread().interrupt();
-    }
+    ChannelFactory.shutdown(ownedChannel);
   }
 
   // ---------------------------------------------------------------- plumbing
@@ -795,43 +765,7 @@ public final class XinserveClient implements AutoCloseable {
   }
 
   static Map<String, Object> serviceConfig(String loadBalancingPolicy, RetryPolicy retry) {
-    return serviceConfig(loadBalancingPolicy, retry, null);
-  }
-
-  static Map<String, Object> serviceConfig(
-      String loadBalancingPolicy, RetryPolicy retry, MissingClientCertificate missingCertificate) {
-    Map<String, Object> config = new LinkedHashMap<>();
-    // the chosen policy (gRPC's default pick_first if none) under the TLS fail-fast wrapper
-    TlsFailFastLoadBalancerProvider.register();
-    config.put(
-        "loadBalancingConfig",
-        List.of(
-            TlsFailFastLoadBalancerProvider.config(
-                loadBalancingPolicy != null && !loadBalancingPolicy.isEmpty()
-                    ? loadBalancingPolicy
-                    : "pick_first",
-                missingCertificate == null ? null : missingCertificate.id())));
-    if (retry != null && retry.enabled()) {
-      List<Object> names = new ArrayList<>();
-      for (String s : RETRIED_SERVICES) {
-        names.add(Map.of("service", s));
-      }
-      Map<String, Object> policy = new LinkedHashMap<>();
-      policy.put("maxAttempts", (double) retry.maxAttempts());
-      policy.put("initialBackoff", protoDuration(retry.initialBackoff()));
-      policy.put("maxBackoff", protoDuration(retry.maxBackoff()));
-      policy.put("backoffMultiplier", retry.backoffMultiplier());
-      policy.put("retryableStatusCodes", List.of("UNAVAILABLE"));
-      Map<String, Object> methodConfig = new LinkedHashMap<>();
-      methodConfig.put("name", names);
-      methodConfig.put("retryPolicy", policy);
-      config.put("methodConfig", List.of(methodConfig));
-    }
-    return config;
-  }
-
-  private static String protoDuration(Duration d) {
-    return String.format(Locale.ROOT, "%d.%09ds", d.getSeconds(), d.getNano());
+    return ServiceConfig.of(loadBalancingPolicy, retry, null);
   }
 
   /**
@@ -841,30 +775,11 @@ public final class XinserveClient implements AutoCloseable {
    * RetryPolicy#defaults()}.
    */
   public static final class Builder {
-    private String target;
-    private ManagedChannelBuilder<?> channelBuilder;
-    private ManagedChannel channel;
-    private boolean plaintext;
-    private byte[] trustPem;
-    private TrustManager trustManager;
-    private byte[] certChainPem;
-    private byte[] privateKeyPem;
-    private KeyManager keyManager;
-    private String authority;
+    private final ChannelFactory channels = new ChannelFactory();
     private Supplier<String> tokens;
-    private Supplier<Map<String, String>> headers;
     private Duration unaryDeadline = Duration.ofSeconds(30);
     private Duration streamDeadline = Duration.ZERO;
-    private Duration keepAliveTime = Duration.ofSeconds(60);
-    private Duration keepAliveTimeout = Duration.ofSeconds(20);
-    private boolean keepAliveWithoutCalls;
-    private int maxInboundMessageSize = 32 * 1024 * 1024;
-    private RetryPolicy retryPolicy = RetryPolicy.defaults();
-    private String loadBalancingPolicy = "round_robin";
-    private final List<ClientInterceptor> interceptors = new ArrayList<>();
-    private Consumer<ManagedChannelBuilder<?>> customizer;
     private int streamPrefetch = 16;
-    private String userAgent = "xinserve-java";
     private Duration streamIdleTimeout = Duration.ZERO;
     private String defaultModel;
     private String defaultEmbeddingModel;
@@ -923,7 +838,7 @@ public final class XinserveClient implements AutoCloseable {
      * @return this builder
      */
     public Builder target(String target) {
-      this.target = Objects.requireNonNull(target, "target");
+      channels.target = Objects.requireNonNull(target, "target");
       return this;
     }
 
@@ -946,7 +861,7 @@ public final class XinserveClient implements AutoCloseable {
      * @return this builder
      */
     public Builder plaintext() {
-      this.plaintext = true;
+      channels.plaintext = true;
       return this;
     }
 
@@ -957,8 +872,8 @@ public final class XinserveClient implements AutoCloseable {
      * @return this builder
      */
     public Builder trustCertificates(Path caPem) {
-      this.trustPem = read(caPem);
-      this.plaintext = false;
+      channels.trustPem = ChannelFactory.read(caPem);
+      channels.plaintext = false;
       return this;
     }
 
@@ -969,8 +884,8 @@ public final class XinserveClient implements AutoCloseable {
      * @return this builder
      */
     public Builder trustCertificates(byte[] caPem) {
-      this.trustPem = caPem.clone();
-      this.plaintext = false;
+      channels.trustPem = caPem.clone();
+      channels.plaintext = false;
       return this;
     }
 
@@ -981,8 +896,8 @@ public final class XinserveClient implements AutoCloseable {
      * @return this builder
      */
     public Builder trustManager(TrustManager trustManager) {
-      this.trustManager = trustManager;
-      this.plaintext = false;
+      channels.trustManager = trustManager;
+      channels.plaintext = false;
       return this;
     }
 
@@ -994,9 +909,9 @@ public final class XinserveClient implements AutoCloseable {
      * @return this builder
      */
     public Builder clientCertificate(Path certChainPem, Path privateKeyPem) {
-      this.certChainPem = read(certChainPem);
-      this.privateKeyPem = read(privateKeyPem);
-      this.plaintext = false;
+      channels.certChainPem = ChannelFactory.read(certChainPem);
+      channels.privateKeyPem = ChannelFactory.read(privateKeyPem);
+      channels.plaintext = false;
       return this;
     }
 
@@ -1007,8 +922,8 @@ public final class XinserveClient implements AutoCloseable {
      * @return this builder
      */
     public Builder keyManager(KeyManager keyManager) {
-      this.keyManager = keyManager;
-      this.plaintext = false;
+      channels.keyManager = keyManager;
+      channels.plaintext = false;
       return this;
     }
 
@@ -1019,7 +934,7 @@ public final class XinserveClient implements AutoCloseable {
      * @return this builder
      */
     public Builder overrideAuthority(String authority) {
-      this.authority = authority;
+      channels.authority = authority;
       return this;
     }
 
@@ -1056,7 +971,7 @@ public final class XinserveClient implements AutoCloseable {
      * @return this builder
      */
     public Builder headers(Supplier<Map<String, String>> headers) {
-      this.headers = headers;
+      channels.headers = headers;
       return this;
     }
 
@@ -1094,9 +1009,9 @@ public final class XinserveClient implements AutoCloseable {
      * @return this builder
      */
     public Builder keepAlive(Duration time, Duration timeout, boolean withoutCalls) {
-      this.keepAliveTime = Objects.requireNonNull(time);
-      this.keepAliveTimeout = Objects.requireNonNull(timeout);
-      this.keepAliveWithoutCalls = withoutCalls;
+      channels.keepAliveTime = Objects.requireNonNull(time);
+      channels.keepAliveTimeout = Objects.requireNonNull(timeout);
+      channels.keepAliveWithoutCalls = withoutCalls;
       return this;
     }
 
@@ -1111,7 +1026,7 @@ public final class XinserveClient implements AutoCloseable {
       if (bytes <= 0) {
         throw new IllegalArgumentException("maxInboundMessageSize must be > 0");
       }
-      this.maxInboundMessageSize = bytes;
+      channels.maxInboundMessageSize = bytes;
       return this;
     }
 
@@ -1122,7 +1037,7 @@ public final class XinserveClient implements AutoCloseable {
      * @return this builder
      */
     public Builder retryPolicy(RetryPolicy policy) {
-      this.retryPolicy = Objects.requireNonNull(policy);
+      channels.retryPolicy = Objects.requireNonNull(policy);
       return this;
     }
 
@@ -1134,7 +1049,7 @@ public final class XinserveClient implements AutoCloseable {
      * @return this builder
      */
     public Builder loadBalancingPolicy(String policy) {
-      this.loadBalancingPolicy = policy;
+      channels.loadBalancingPolicy = policy;
       return this;
     }
 
@@ -1145,7 +1060,7 @@ public final class XinserveClient implements AutoCloseable {
      * @return this builder
      */
     public Builder intercept(ClientInterceptor... interceptors) {
-      this.interceptors.addAll(List.of(interceptors));
+      channels.interceptors.addAll(List.of(interceptors));
       return this;
     }
 
@@ -1170,7 +1085,7 @@ public final class XinserveClient implements AutoCloseable {
      * @return this builder
      */
     public Builder userAgent(String userAgent) {
-      this.userAgent = userAgent;
+      channels.userAgent = userAgent;
       return this;
     }
 
@@ -1183,7 +1098,7 @@ public final class XinserveClient implements AutoCloseable {
      * @return this builder
      */
     public Builder channelBuilder(ManagedChannelBuilder<?> builder) {
-      this.channelBuilder = builder;
+      channels.channelBuilder = builder;
       return this;
     }
 
@@ -1195,7 +1110,7 @@ public final class XinserveClient implements AutoCloseable {
      * @return this builder
      */
     public Builder channel(ManagedChannel channel) {
-      this.channel = channel;
+      channels.channel = channel;
       return this;
     }
 
@@ -1206,7 +1121,7 @@ public final class XinserveClient implements AutoCloseable {
      * @return this builder
      */
     public Builder customizeChannel(Consumer<ManagedChannelBuilder<?>> customizer) {
-      this.customizer = customizer;
+      channels.customizer = customizer;
       return this;
     }
 
@@ -1220,63 +1135,10 @@ public final class XinserveClient implements AutoCloseable {
     public XinserveClient build() {
       ProtobufRuntimeCheck.verify();
       GrpcRuntimeCheck.warnIfOlder();
-      ManagedChannel owned = null;
-      Channel base;
-      MissingClientCertificate missingCertificate = null;
-      if (channel != null) {
-        base = channel;
-      } else {
-        ManagedChannelBuilder<?> b = channelBuilder;
-        if (b == null) {
-          if (target == null) {
-            throw new IllegalStateException("target (or channelBuilder/channel) is required");
-          }
-          if (!plaintext && keyManager == null && certChainPem == null) {
-            missingCertificate = MissingClientCertificate.register();
-          }
-          b = Grpc.newChannelBuilder(target, credentials(missingCertificate));
-        }
-        if (authority != null) {
-          b.overrideAuthority(authority);
-        }
-        b.defaultServiceConfig(serviceConfig(loadBalancingPolicy, retryPolicy, missingCertificate));
-        if (retryPolicy.enabled()) {
-          b.enableRetry();
-          b.maxRetryAttempts(retryPolicy.maxAttempts());
-        } else {
-          b.disableRetry();
-        }
-        b.maxInboundMessageSize(maxInboundMessageSize);
-        b.maxInboundMetadataSize(64 * 1024);
-        if (userAgent != null) {
-          b.userAgent(userAgent);
-        }
-        if (!keepAliveTime.isZero()) {
-          try {
-            b.keepAliveTime(keepAliveTime.toNanos(), TimeUnit.NANOSECONDS);
-            b.keepAliveTimeout(keepAliveTimeout.toNanos(), TimeUnit.NANOSECONDS);
-            b.keepAliveWithoutCalls(keepAliveWithoutCalls);
-          } catch (UnsupportedOperationException ignored) {
-            // transports without keepalive (in-process)
-          }
-        }
-        if (customizer != null) {
-          customizer.accept(b);
-        }
-        owned = b.build();
-        base = owned;
-      }
-      List<ClientInterceptor> all = new ArrayList<>();
-      all.add(new AbortedAsCancelled());
-      all.add(new ClientHeaders.Interceptor(headers));
-      // ClientInterceptors.intercept runs the last one first: reverse the user's order
-      List<ClientInterceptor> user = new ArrayList<>(interceptors);
-      java.util.Collections.reverse(user);
-      all.addAll(user);
-      Channel intercepted = ClientInterceptors.intercept(base, all);
+      ChannelFactory.Opened opened = channels.open();
       return new XinserveClient(
-          owned,
-          intercepted,
+          opened.owned(),
+          opened.intercepted(),
           unaryDeadline,
           streamDeadline,
           streamPrefetch,
@@ -1284,41 +1146,8 @@ public final class XinserveClient implements AutoCloseable {
           streamIdleTimeout,
           defaultModel,
           defaultEmbeddingModel,
-          target != null ? target : "channel",
-          channel != null ? channel : owned);
-    }
-
-    private ChannelCredentials credentials(MissingClientCertificate missingCertificate) {
-      if (plaintext) {
-        return InsecureChannelCredentials.create();
-      }
-      try {
-        TlsChannelCredentials.Builder tls = TlsChannelCredentials.newBuilder();
-        if (trustManager != null) {
-          tls.trustManager(trustManager);
-        } else if (trustPem != null) {
-          tls.trustManager(new ByteArrayInputStream(trustPem));
-        }
-        if (keyManager != null) {
-          tls.keyManager(keyManager);
-        } else if (certChainPem != null) {
-          tls.keyManager(
-              new ByteArrayInputStream(certChainPem), new ByteArrayInputStream(privateKeyPem));
-        } else if (missingCertificate != null) {
-          tls.keyManager(missingCertificate);
-        }
-        return tls.build();
-      } catch (IOException e) {
-        throw new UncheckedIOException("invalid TLS material", e);
-      }
-    }
-
-    private static byte[] read(Path p) {
-      try {
-        return Files.readAllBytes(p);
-      } catch (IOException e) {
-        throw new UncheckedIOException("cannot read " + p, e);
-      }
+          channels.target != null ? channels.target : "channel",
+          opened.state());
     }
   }
 }
