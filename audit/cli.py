@@ -114,7 +114,7 @@ def add_commands(subparsers: Any) -> None:
     )
     store_arg(e)
     e.add_argument("--since", help="records at or after this time (not before 1970)")
-    e.add_argument("--until", help="records before this time (not before --since)")
+    e.add_argument("--until", help="records before this time (later than --since)")
     e.add_argument(
         "--principal",
         help="the authenticated principal: a token's principal, or a certificate subject as a "
@@ -176,32 +176,34 @@ def _flag(flag: str, parse: Callable[[str], Any], text: str | None) -> Any:
 
 
 def _filter(args: argparse.Namespace, **kw: Any) -> Any:
-    """The ``QueryFilter`` of the command's options; ``AuditConfigError`` (exit 2) for a bad one.
+    """The ``QueryFilter`` of the command's options (``audit.query.query_filter``'s rule, as
+    AuditService applies it); ``AuditConfigError`` (exit 2) naming each bad option.
 
-    Times must lie in ``0..2**53-1`` ms with ``--since <= --until``; ``--event`` must be an
-    ``EventType`` and ``--outcome`` a gRPC status code name (either in any case).
-    ``--principal`` matches as ``audit.principals.principal_candidates`` says: as typed, or
-    as the same distinguished name in canonical form, in the order typed or reversed.
+    ``--since``/``--until`` are ISO 8601 times or epoch milliseconds (``parse_time_ms``).
     """
-    from audit.principals import principal_candidates
-    from audit.query import parse_event, parse_outcome, parse_time_ms
-    from audit.stores.base import QueryFilter
+    from audit.query import FilterError, parse_time_ms, query_filter
 
     since = _flag("--since", parse_time_ms, getattr(args, "since", None))
     until = _flag("--until", parse_time_ms, getattr(args, "until", None))
-    if since is not None and until is not None and since > until:
-        raise AuditConfigError(f"--since {args.since} is later than --until {args.until}")
-    principal = getattr(args, "principal", None)
-    return QueryFilter(
-        chain=args.chain,
-        since_ms=since,
-        until_ms=until,
-        principal_any=principal_candidates(principal) if principal is not None else None,
-        method=getattr(args, "method", None),
-        outcome=_flag("--outcome", parse_outcome, getattr(args, "outcome", None)),
-        event=_flag("--event", parse_event, getattr(args, "event", None)),
-        **kw,
-    )
+    try:
+        return query_filter(
+            chain=args.chain,
+            since_ms=since,
+            until_ms=until,
+            principal=getattr(args, "principal", None),
+            method=getattr(args, "method", None),
+            outcome=getattr(args, "outcome", None),
+            event=getattr(args, "event", None),
+            **kw,
+        )
+    except FilterError as exc:
+        option = {"since_ms": "--since", "until_ms": "--until"}
+        raise AuditConfigError(
+            "; ".join(
+                f"{option.get(field, '--' + field)} {message.replace('since_ms', '--since')}"
+                for field, message in exc.violations
+            )
+        ) from None
 
 
 @guard

@@ -8,16 +8,18 @@ from collections.abc import Iterator
 from typing import IO, Any
 
 from audit.errors import AuditConfigError, AuditEncodingError
+from audit.principals import PrincipalFilterError, principal_candidates
 from audit.records import MAX_SAFE_INT, EventType, decode_record, record_to_json
 from audit.stores.base import QueryFilter, Store, StoredRecord
 
 __all__ = [
+    "FILTER_TEXT_CHARS",
     "GRPC_STATUS_NAMES",
+    "FilterError",
     "QueryFilter",
     "export_jsonl",
-    "parse_event",
-    "parse_outcome",
     "parse_time_ms",
+    "query_filter",
     "query_records",
     "stored_to_json",
 ]
@@ -89,6 +91,82 @@ def format_time_ms(ms: int) -> str:
     return t.strftime("%Y-%m-%dT%H:%M:%S.") + f"{ms % 1000:03d}Z"
 
 
+FILTER_TEXT_CHARS = 512
+"""The longest principal, method, outcome or event a query filter takes, in characters."""
+
+
+class FilterError(Exception):
+    """A query filter with bad fields. ``violations``: ``[(field, message)]`` in field order,
+    each field by its neutral name (``since_ms``, ``until_ms``, ``principal``, ``method``,
+    ``outcome``, ``event``) for the caller to name as its interface does (``filter.until_ms``
+    in AuditService, ``--until`` in the CLI). Safe to show: it quotes no value."""
+
+    def __init__(self, violations: list[tuple[str, str]]) -> None:
+        super().__init__("; ".join(f"{field} {message}" for field, message in violations))
+        self.violations = violations
+
+
+def query_filter(
+    *,
+    since_ms: int | None = None,
+    until_ms: int | None = None,
+    principal: str | None = None,
+    method: str | None = None,
+    outcome: str | None = None,
+    event: str | None = None,
+    chain: str | None = None,
+    limit: int | None = None,
+    descending: bool = False,
+) -> QueryFilter:
+    """The one rule for an auditor's record filter, for ``AuditService.QueryRecords`` and
+    ``xinserve audit export``/``tail``: times in ``0..2**53-1`` epoch ms with ``until_ms``
+    (exclusive) later than ``since_ms`` (inclusive), so an empty range is refused rather than
+    answered with no records; principal, method, outcome and event at most
+    ``FILTER_TEXT_CHARS`` characters; ``outcome`` a gRPC status code name and ``event`` an
+    ``EventType`` value, either in any case (stored canonical: upper, lower); ``principal`` as
+    ``audit.principals.principal_candidates`` reads it. ``chain``, ``limit`` and ``descending``
+    are passed on (each interface bounds its own paging). A typo must not read as "no such records".
+
+    Raises:
+        FilterError: naming every bad field.
+    """
+    bad: list[tuple[str, str]] = []
+    for name, value in (("since_ms", since_ms), ("until_ms", until_ms)):
+        if value is not None and not 0 <= value <= MAX_SAFE_INT:
+            bad.append((name, f"must be between 0 and {MAX_SAFE_INT} (epoch milliseconds from 1970)"))
+    if since_ms is not None and until_ms is not None and until_ms <= since_ms:
+        bad.append(("until_ms", "must be later than since_ms (the range holds since_ms, not until_ms)"))
+    texts = {"principal": principal, "method": method, "outcome": outcome, "event": event}
+    for name, text in texts.items():
+        if text is not None and len(text) > FILTER_TEXT_CHARS:
+            bad.append((name, f"is longer than {FILTER_TEXT_CHARS} characters"))
+            texts[name] = None
+    outcome, event = texts["outcome"], texts["event"]
+    if outcome is not None and outcome.strip().upper() not in GRPC_STATUS_NAMES:
+        bad.append(("outcome", f"is not a gRPC status code name; choose one of: {', '.join(GRPC_STATUS_NAMES)}"))
+    if event is not None and event.strip().lower() not in {str(e) for e in EventType}:
+        bad.append(("event", f"is not an event type; choose one of: {', '.join(str(e) for e in EventType)}"))
+    principal_any = None
+    if texts["principal"] is not None:
+        try:
+            principal_any = principal_candidates(texts["principal"])
+        except PrincipalFilterError as exc:
+            bad.append(("principal", str(exc)))
+    if bad:
+        raise FilterError(bad)
+    return QueryFilter(
+        chain=chain,
+        since_ms=since_ms,
+        until_ms=until_ms,
+        principal_any=principal_any,
+        method=method,
+        outcome=outcome.strip().upper() if outcome is not None else None,
+        event=event.strip().lower() if event is not None else None,
+        limit=limit,
+        descending=descending,
+    )
+
+
 def parse_time_ms(text: str) -> int:
     """Epoch milliseconds from an integer string or an ISO 8601 date/time (naive means UTC).
 
@@ -111,21 +189,3 @@ def parse_time_ms(text: str) -> int:
             f"time {text!r} is out of range (from 1970-01-01T00:00:00Z, epoch milliseconds 0..{MAX_SAFE_INT})"
         )
     return ms
-
-
-def parse_event(text: str) -> str:
-    """An event type (``audit.records.EventType`` value, any case), else ``AuditConfigError`` naming them."""
-    value = text.strip().lower()
-    if value not in {str(e) for e in EventType}:
-        raise AuditConfigError(f"unknown event type {text!r}; choose one of: {', '.join(str(e) for e in EventType)}")
-    return value
-
-
-def parse_outcome(text: str) -> str:
-    """A gRPC status code name (any case, returned upper case), else ``AuditConfigError`` naming them."""
-    value = text.strip().upper()
-    if value not in GRPC_STATUS_NAMES:
-        raise AuditConfigError(
-            f"unknown outcome {text!r}: not a gRPC status code name; choose one of: {', '.join(GRPC_STATUS_NAMES)}"
-        )
-    return value

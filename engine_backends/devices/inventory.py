@@ -25,7 +25,7 @@ TOOLS: dict[str, tuple[Sequence[str], Callable[[str], list[Device]]]] = {
 # kind -> the command whose presence shows the kind's devices may be on this host (the CPU has
 # none: it is always there). CUDA is read through NVML, with nvidia-smi as its tool.
 PRESENCE_TOOLS: dict[str, str] = {
-    kind: nvidia_smi.ARGV[0] if kind == "cuda" else reader.argv[0]
+    kind: reader.argv[0] if isinstance(reader, ToolReader) else nvidia_smi.ARGV[0]
     for kind, reader in READERS.items()
     if kind == "cuda" or isinstance(reader, ToolReader)
 }
