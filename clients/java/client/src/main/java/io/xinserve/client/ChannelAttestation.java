@@ -80,7 +80,7 @@ public final class ChannelAttestation {
     Objects.requireNonNull(client, "client");
     Objects.requireNonNull(nonce, "nonce");
     PeerCertificateCapture capture = new PeerCertificateCapture();
-    String rid = XinserveClient.requestIdOrNew("");
+    String rid = Calls.requestIdOrNew("");
     GetAttestationRequest request =
         GetAttestationRequest.newBuilder().setNonce(ByteString.copyFrom(nonce)).build();
     GetAttestationResponse response;
@@ -89,7 +89,7 @@ public final class ChannelAttestation {
           ClientCalls.blockingUnaryCall(
               ClientInterceptors.intercept(client.channel(), capture),
               AttestationServiceGrpc.getGetAttestationMethod(),
-              client.unaryOptions(rid),
+              client.calls().unaryOptions(rid),
               request);
     } catch (StatusRuntimeException e) {
       throw XinserveExceptions.from(e, rid);

@@ -98,8 +98,8 @@ public final class ReactorXinserveClient {
   private <Q, R> Flux<R> flux(MethodDescriptor<Q, R> method, Q request, String requestId) {
     return Flux.create(
         sink -> {
-          String rid = XinserveClient.requestIdOrNew(requestId);
-          ClientCall<Q, R> call = client.newStreamCall(method, rid);
+          String rid = Calls.requestIdOrNew(requestId);
+          ClientCall<Q, R> call = client.calls().newStreamCall(method, rid);
           Object lock = new Object();
           call.start(
               new ClientCall.Listener<R>() {

@@ -1,20 +1,14 @@
 package io.xinserve.client;
 
-import io.grpc.CallOptions;
 import io.grpc.Channel;
-import io.grpc.ClientCall;
 import io.grpc.ClientInterceptor;
 import io.grpc.ManagedChannel;
 import io.grpc.ManagedChannelBuilder;
-import io.grpc.Metadata;
-import io.grpc.MethodDescriptor;
-import io.grpc.Status;
 import io.grpc.StatusRuntimeException;
 import io.grpc.health.v1.HealthCheckRequest;
 import io.grpc.health.v1.HealthCheckResponse;
 import io.grpc.health.v1.HealthGrpc;
 import io.grpc.stub.ClientCalls;
-import io.grpc.stub.StreamObserver;
 import io.xinserve.client.errors.XinserveException;
 import io.xinserve.client.errors.XinserveExceptions;
 import io.xinserve.v1.AbortRequest;
@@ -49,8 +43,6 @@ import java.util.List;
 import java.util.Map;
 import java.util.Objects;
 import java.util.concurrent.CompletableFuture;
-import java.util.concurrent.CancellationException;
-import java.util.concurrent.TimeUnit;
 import java.util.function.Consumer;
 import java.util.function.Supplier;
 import javax.net.ssl.KeyManager;
@@ -89,12 +81,7 @@ import javax.net.ssl.TrustManager;
  */
 public final class XinserveClient implements AutoCloseable {
   private final ManagedChannel ownedChannel;
-  private final Channel channel;
-  private final Duration unaryDeadline;
-  private final Duration streamDeadline;
-  private final int streamPrefetch;
-  private final ClientHeaders.Bearer bearer;
-  private final Duration streamIdleTimeout;
+  private final Calls calls;
   private final String defaultModel;
   private final String defaultEmbeddingModel;
   private final String target;
@@ -102,23 +89,13 @@ public final class XinserveClient implements AutoCloseable {
 
   private XinserveClient(
       ManagedChannel ownedChannel,
-      Channel channel,
-      Duration unaryDeadline,
-      Duration streamDeadline,
-      int streamPrefetch,
-      ClientHeaders.Bearer bearer,
-      Duration streamIdleTimeout,
+      Calls calls,
       String defaultModel,
       String defaultEmbeddingModel,
       String target,
       ManagedChannel stateChannel) {
     this.ownedChannel = ownedChannel;
-    this.channel = channel;
-    this.unaryDeadline = unaryDeadline;
-    this.streamDeadline = streamDeadline;
-    this.streamPrefetch = streamPrefetch;
-    this.bearer = bearer;
-    this.streamIdleTimeout = streamIdleTimeout;
+    this.calls = calls;
     this.defaultModel = defaultModel;
     this.defaultEmbeddingModel = defaultEmbeddingModel;
     this.target = target;
@@ -141,17 +118,7 @@ public final class XinserveClient implements AutoCloseable {
   public XinserveClient withDeadline(Duration deadline) {
     Objects.requireNonNull(deadline, "deadline");
     return new XinserveClient(
-        null,
-        channel,
-        deadline,
-        deadline,
-        streamPrefetch,
-        bearer,
-        streamIdleTimeout,
-        defaultModel,
-        defaultEmbeddingModel,
-        target,
-        stateChannel);
+        null, calls.withDeadline(deadline), defaultModel, defaultEmbeddingModel, target, stateChannel);
   }
 
   /**
@@ -300,7 +267,7 @@ public final class XinserveClient implements AutoCloseable {
    *     services on the same connection; not closed by the caller
    */
   public Channel channel() {
-    return channel;
+    return calls.channel();
   }
 
   // ---------------------------------------------------------------- inference
@@ -318,7 +285,7 @@ public final class XinserveClient implements AutoCloseable {
    */
   public GenerateResponse generate(GenerateRequest request) {
     request = withModel(request);
-    return blocking(InferenceServiceGrpc.getGenerateMethod(), request, request.getRequestId());
+    return calls.blocking(InferenceServiceGrpc.getGenerateMethod(), request, request.getRequestId());
   }
 
   /**
@@ -330,7 +297,7 @@ public final class XinserveClient implements AutoCloseable {
    */
   public CompletableFuture<GenerateResponse> generateAsync(GenerateRequest request) {
     request = withModel(request);
-    return async(InferenceServiceGrpc.getGenerateMethod(), request, request.getRequestId());
+    return calls.async(InferenceServiceGrpc.getGenerateMethod(), request, request.getRequestId());
   }
 
   /**
@@ -356,7 +323,7 @@ public final class XinserveClient implements AutoCloseable {
    */
   public ResponseStream<GenerateStreamResponse> generateStream(GenerateRequest request) {
     request = withModel(request);
-    return openStream(
+    return calls.openStream(
         InferenceServiceGrpc.getGenerateStreamMethod(), request, request.getRequestId());
   }
 
@@ -370,7 +337,7 @@ public final class XinserveClient implements AutoCloseable {
   public CallHandle generateStream(
       GenerateRequest request, StreamListener<GenerateStreamResponse> listener) {
     request = withModel(request);
-    return observe(
+    return calls.observe(
         InferenceServiceGrpc.getGenerateStreamMethod(), request, request.getRequestId(), listener);
   }
 
@@ -383,7 +350,7 @@ public final class XinserveClient implements AutoCloseable {
    */
   public ChatResponse chat(ChatRequest request) {
     request = withModel(request);
-    return blocking(InferenceServiceGrpc.getChatMethod(), request, request.getRequestId());
+    return calls.blocking(InferenceServiceGrpc.getChatMethod(), request, request.getRequestId());
   }
 
   /**
@@ -394,7 +361,7 @@ public final class XinserveClient implements AutoCloseable {
    */
   public CompletableFuture<ChatResponse> chatAsync(ChatRequest request) {
     request = withModel(request);
-    return async(InferenceServiceGrpc.getChatMethod(), request, request.getRequestId());
+    return calls.async(InferenceServiceGrpc.getChatMethod(), request, request.getRequestId());
   }
 
   /**
@@ -417,7 +384,7 @@ public final class XinserveClient implements AutoCloseable {
    */
   public ResponseStream<ChatStreamResponse> chatStream(ChatRequest request) {
     request = withModel(request);
-    return openStream(InferenceServiceGrpc.getChatStreamMethod(), request, request.getRequestId());
+    return calls.openStream(InferenceServiceGrpc.getChatStreamMethod(), request, request.getRequestId());
   }
 
   /**
@@ -429,7 +396,7 @@ public final class XinserveClient implements AutoCloseable {
    */
   public CallHandle chatStream(ChatRequest request, StreamListener<ChatStreamResponse> listener) {
     request = withModel(request);
-    return observe(
+    return calls.observe(
         InferenceServiceGrpc.getChatStreamMethod(), request, request.getRequestId(), listener);
   }
 
@@ -442,7 +409,7 @@ public final class XinserveClient implements AutoCloseable {
    */
   public EmbedResponse embed(EmbedRequest request) {
     request = withModel(request);
-    return blocking(InferenceServiceGrpc.getEmbedMethod(), request, request.getRequestId());
+    return calls.blocking(InferenceServiceGrpc.getEmbedMethod(), request, request.getRequestId());
   }
 
   /**
@@ -479,7 +446,7 @@ public final class XinserveClient implements AutoCloseable {
    */
   public CompletableFuture<EmbedResponse> embedAsync(EmbedRequest request) {
     request = withModel(request);
-    return async(InferenceServiceGrpc.getEmbedMethod(), request, request.getRequestId());
+    return calls.async(InferenceServiceGrpc.getEmbedMethod(), request, request.getRequestId());
   }
 
   /**
@@ -489,7 +456,7 @@ public final class XinserveClient implements AutoCloseable {
    * @return the token ids and the model's context length (tokens)
    */
   public TokenizeResponse tokenize(TokenizeRequest request) {
-    return blocking(InferenceServiceGrpc.getTokenizeMethod(), request, "");
+    return calls.blocking(InferenceServiceGrpc.getTokenizeMethod(), request, "");
   }
 
   /**
@@ -511,7 +478,7 @@ public final class XinserveClient implements AutoCloseable {
    * @return a future of the response
    */
   public CompletableFuture<TokenizeResponse> tokenizeAsync(TokenizeRequest request) {
-    return async(InferenceServiceGrpc.getTokenizeMethod(), request, "");
+    return calls.async(InferenceServiceGrpc.getTokenizeMethod(), request, "");
   }
 
   /**
@@ -521,7 +488,7 @@ public final class XinserveClient implements AutoCloseable {
    * @return the text
    */
   public DetokenizeResponse detokenize(DetokenizeRequest request) {
-    return blocking(InferenceServiceGrpc.getDetokenizeMethod(), request, "");
+    return calls.blocking(InferenceServiceGrpc.getDetokenizeMethod(), request, "");
   }
 
   /**
@@ -532,7 +499,7 @@ public final class XinserveClient implements AutoCloseable {
    *     unknown or already finished
    */
   public boolean abort(String requestId) {
-    return blocking(
+    return calls.blocking(
             InferenceServiceGrpc.getAbortMethod(),
             AbortRequest.newBuilder().setRequestId(requestId).build(),
             "")
@@ -543,13 +510,13 @@ public final class XinserveClient implements AutoCloseable {
 
   /** @return every model the server knows, served or not */
   public List<Model> listModels() {
-    return blocking(ModelServiceGrpc.getListModelsMethod(), ListModelsRequest.getDefaultInstance(), "")
+    return calls.blocking(ModelServiceGrpc.getListModelsMethod(), ListModelsRequest.getDefaultInstance(), "")
         .getModelsList();
   }
 
   /** @return a future of {@link #listModels()} */
   public CompletableFuture<List<Model>> listModelsAsync() {
-    return async(ModelServiceGrpc.getListModelsMethod(), ListModelsRequest.getDefaultInstance(), "")
+    return calls.async(ModelServiceGrpc.getListModelsMethod(), ListModelsRequest.getDefaultInstance(), "")
         .thenApply(r -> r.getModelsList());
   }
 
@@ -559,20 +526,20 @@ public final class XinserveClient implements AutoCloseable {
    * @throws io.xinserve.client.errors.NotFoundException if the server does not know it
    */
   public Model getModel(String name) {
-    return blocking(
+    return calls.blocking(
             ModelServiceGrpc.getGetModelMethod(), GetModelRequest.newBuilder().setName(name).build(), "")
         .getModel();
   }
 
   /** @return versions, schema revision, backend, devices and capabilities of the server */
   public GetServerInfoResponse serverInfo() {
-    return blocking(
+    return calls.blocking(
         ServerServiceGrpc.getGetServerInfoMethod(), GetServerInfoRequest.getDefaultInstance(), "");
   }
 
   /** @return a future of {@link #serverInfo()} */
   public CompletableFuture<GetServerInfoResponse> serverInfoAsync() {
-    return async(
+    return calls.async(
         ServerServiceGrpc.getGetServerInfoMethod(), GetServerInfoRequest.getDefaultInstance(), "");
   }
 
@@ -586,7 +553,7 @@ public final class XinserveClient implements AutoCloseable {
    * @return the current load
    */
   public GetLoadResponse load(String model) {
-    return blocking(
+    return calls.blocking(
         ServerServiceGrpc.getGetLoadMethod(), GetLoadRequest.newBuilder().setModel(model).build(), "");
   }
 
@@ -601,9 +568,9 @@ public final class XinserveClient implements AutoCloseable {
   public HealthCheckResponse.ServingStatus checkHealth(String service, Duration timeout) {
     try {
       return ClientCalls.blockingUnaryCall(
-              channel,
+              calls.channel(),
               HealthGrpc.getCheckMethod(),
-              options(timeout, ""),
+              calls.options(timeout, ""),
               HealthCheckRequest.newBuilder().setService(service).build())
           .getStatus();
     } catch (StatusRuntimeException e) {
@@ -632,136 +599,8 @@ public final class XinserveClient implements AutoCloseable {
 
   // ---------------------------------------------------------------- plumbing
 
-  static String requestIdOrNew(String requestId) {
-    return requestId == null || requestId.isEmpty() ? ClientHeaders.newRequestId() : requestId;
-  }
-
-  CallOptions options(Duration deadline, String requestId) {
-    CallOptions o = CallOptions.DEFAULT;
-    if (deadline != null && !deadline.isZero() && !deadline.isNegative()) {
-      o = o.withDeadlineAfter(deadline.toNanos(), TimeUnit.NANOSECONDS);
-    }
-    if (requestId != null && !requestId.isEmpty()) {
-      o = o.withOption(ClientHeaders.REQUEST_ID_OPTION, requestId);
-    }
-    if (bearer != null) {
-      o = o.withCallCredentials(bearer);
-    }
-    return o;
-  }
-
-  CallOptions unaryOptions(String requestId) {
-    return options(unaryDeadline, requestId);
-  }
-
-  CallOptions streamOptions(String requestId) {
-    return options(streamDeadline, requestId);
-  }
-
-  <Q, R> ClientCall<Q, R> newStreamCall(MethodDescriptor<Q, R> method, String requestId) {
-    return channel.newCall(method, streamOptions(requestId));
-  }
-
-  private <Q, R> R blocking(MethodDescriptor<Q, R> method, Q request, String requestId) {
-    String rid = requestIdOrNew(requestId);
-    try {
-      return ClientCalls.blockingUnaryCall(channel, method, unaryOptions(rid), request);
-    } catch (StatusRuntimeException e) {
-      throw XinserveExceptions.from(e, rid);
-    }
-  }
-
-  <Q, R> CompletableFuture<R> async(MethodDescriptor<Q, R> method, Q request, String requestId) {
-    String rid = requestIdOrNew(requestId);
-    ClientCall<Q, R> call = channel.newCall(method, unaryOptions(rid));
-    CompletableFuture<R> future = new CompletableFuture<>();
-    future.whenComplete(
-        (r, t) -> {
-          if (t instanceof CancellationException) {
-            call.cancel("future cancelled by the caller", null);
-          }
-        });
-    ClientCalls.asyncUnaryCall(
-        call,
-        request,
-        new StreamObserver<R>() {
-          private R value;
-
-          @Override
-          public void onNext(R v) {
-            value = v;
-          }
-
-          @Override
-          public void onError(Throwable t) {
-            future.completeExceptionally(XinserveExceptions.from(t, rid));
-          }
-
-          @Override
-          public void onCompleted() {
-            future.complete(value);
-          }
-        });
-    return future;
-  }
-
-  private <Q, R> ResponseStream<R> openStream(
-      MethodDescriptor<Q, R> method, Q request, String requestId) {
-    String rid = requestIdOrNew(requestId);
-    // the stream's listener only enqueues: run it on the transport thread, saving a hop per token
-    ClientCall<Q, R> call =
-        channel.newCall(
-            method,
-            streamOptions(rid)
-                .withExecutor(com.google.common.util.concurrent.MoreExecutors.directExecutor()));
-    return new ResponseStream<>(call, request, rid, streamPrefetch, streamIdleTimeout);
-  }
-
-  private <Q, R> CallHandle observe(
-      MethodDescriptor<Q, R> method, Q request, String requestId, StreamListener<R> listener) {
-    Objects.requireNonNull(listener, "listener");
-    String rid = requestIdOrNew(requestId);
-    ClientCall<Q, R> call = newStreamCall(method, rid);
-    call.start(
-        new ClientCall.Listener<R>() {
-          private boolean delivered;
-
-          @Override
-          public void onMessage(R message) {
-            delivered = true;
-            try {
-              listener.onNext(message);
-            } catch (RuntimeException e) {
-              call.cancel("StreamListener.onNext threw", e);
-              return;
-            }
-            call.request(1);
-          }
-
-          @Override
-          public void onClose(Status status, Metadata trailers) {
-            if (status.isOk()) {
-              listener.onCompleted();
-            } else {
-              listener.onError(XinserveExceptions.ofStream(status, trailers, rid, delivered));
-            }
-          }
-        },
-        new Metadata());
-    call.sendMessage(request);
-    call.halfClose();
-    call.request(1);
-    return new CallHandle() {
-      @Override
-      public void cancel() {
-        call.cancel("cancelled by the caller", null);
-      }
-
-      @Override
-      public String requestId() {
-        return rid;
-      }
-    };
+  Calls calls() {
+    return calls;
   }
 
   static Map<String, Object> serviceConfig(String loadBalancingPolicy, RetryPolicy retry) {
@@ -1136,14 +975,17 @@ public final class XinserveClient implements AutoCloseable {
       ProtobufRuntimeCheck.verify();
       GrpcRuntimeCheck.warnIfOlder();
       ChannelFactory.Opened opened = channels.open();
+      Calls calls =
+          new Calls(
+              opened.intercepted(),
+              unaryDeadline,
+              streamDeadline,
+              streamPrefetch,
+              tokens == null ? null : new ClientHeaders.Bearer(tokens),
+              streamIdleTimeout);
       return new XinserveClient(
           opened.owned(),
-          opened.intercepted(),
-          unaryDeadline,
-          streamDeadline,
-          streamPrefetch,
-          tokens == null ? null : new ClientHeaders.Bearer(tokens),
-          streamIdleTimeout,
+          calls,
           defaultModel,
           defaultEmbeddingModel,
           channels.target != null ? channels.target : "channel",
