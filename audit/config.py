@@ -80,6 +80,11 @@ class TsaSettings(BaseModel):
     """The TSA's HTTP(S) endpoint (``application/timestamp-query``, RFC 3161 section 3.4)."""
     ca_file: Path | None = None
     """PEM CA bundle for an ``https`` TSA (default: the system store)."""
+    trust_file: Path | None = None
+    """PEM trust anchors of the TSA's signing certificate. When set, every reply is verified
+    as ``audit verify --tsa-cert`` does (path through the intermediates the reply carries,
+    ``timeStamping`` EKU, ESSCertIDv2) before its token is shipped; one that fails is a
+    timestamp failure."""
     timeout_s: float = Field(default=10.0, gt=0)
 
 

@@ -3,12 +3,17 @@
 The message imprint is SHA-256 of the checkpoint's payload (the bytes its SM2 signature
 covers). A token proves that the checkpoint, and so every record up to its ``tree_size``,
 existed at the TSA's ``genTime``: with the server key alone nobody can back-date a checkpoint.
+
+Replies whose SignedData carries the TSA's chain (``openssl ts`` with ``certs =``) are accepted:
+``openssl ts`` writes that ``certificates`` SET unsorted, which strict DER parsers refuse, so the
+SET is re-encoded in DER order (RFC 5652 section 5.1; the SET is not covered by the signature).
 """
 
 from __future__ import annotations
 
 import datetime
 import hashlib
+import re
 import ssl
 import urllib.error
 import urllib.request
@@ -53,6 +58,7 @@ def fetch_timestamp(settings: TsaSettings, payload: bytes) -> bytes:
         raise TimestampError(f"the TSA is unreachable ({reason})") from None
     if len(body) > MAX_REPLY_BYTES:
         raise TimestampError("the TSA's reply is larger than 1 MiB")
+    body = _der_certificate_set(body, "the TSA's reply")
     try:
         response = decode_timestamp_response(body)
     except ValueError:
@@ -64,7 +70,99 @@ def fetch_timestamp(settings: TsaSettings, payload: bytes) -> bytes:
         raise TimestampError("the TSA's reply carries another nonce")
     if info.message_imprint.message != hashlib.sha256(payload).digest():
         raise TimestampError("the TSA time-stamped another message")
-    return response.as_bytes()
+    token = response.as_bytes()
+    if settings.trust_file is not None:
+        try:
+            roots = load_tsa_roots(settings.trust_file.read_bytes())
+        except (OSError, ValueError):
+            raise TimestampError(f"tsa.trust_file {settings.trust_file.name} is not a readable PEM bundle") from None
+        verify_timestamp(token, payload, roots)
+    return token
+
+
+def _reason(exc: Exception) -> str:
+    """The short reason of a rfc3161-client failure: OpenSSL's ``Verify error`` text if any."""
+    text = str(exc)
+    found = re.search(r"Verify error: ([^\"]+)", text)
+    return f"certificate path: {found.group(1)}" if found else text[:160]
+
+
+def _der_certificate_set(token: bytes, what: str) -> bytes:
+    """``token`` (a ``TimeStampResp``) with its SignedData ``certificates`` SET in DER order.
+
+    Only that SET changes; the signed content and the SignerInfos keep their bytes. Returns
+    ``token`` itself when there is nothing to re-encode. Raises :class:`TimestampError`.
+    """
+    from asn1crypto import cms, tsp
+
+    try:
+        resp = tsp.TimeStampResp.load(token, strict=True)
+        stamp = resp["time_stamp_token"]
+        if stamp.native is None or stamp["content_type"].native != "signed_data":
+            return token
+        signed = stamp["content"]
+        certs = signed["certificates"]
+        if certs.native is None or len(certs) < 2:
+            return token
+        encap, signers = signed["encap_content_info"].dump(), signed["signer_infos"].dump()
+        signed["certificates"] = cms.CertificateSet(list(certs))
+        stamp["content"] = signed
+        resp["time_stamp_token"] = stamp
+        out = resp.dump()
+        again = tsp.TimeStampResp.load(out, strict=True)["time_stamp_token"]["content"]
+    except (ValueError, TypeError, KeyError):
+        raise TimestampError(f"{what} is not an RFC 3161 TimeStampResp") from None
+    if again["encap_content_info"].dump() != encap or again["signer_infos"].dump() != signers:
+        raise TimestampError(f"{what} is not an RFC 3161 TimeStampResp")
+    return bytes(out)
+
+
+def _check_signing_certificate(token: bytes) -> None:
+    """The SignerInfo's ESSCertIDv2 (or ESSCertID) names the certificate that signed ``token``.
+
+    RFC 5816 / RFC 2634 section 5.4: the first ``certs`` entry holds the hash of the signer's
+    certificate and, if present, its issuer and serial number. Raises :class:`TimestampError`.
+    """
+    from asn1crypto import tsp
+
+    signed = tsp.TimeStampResp.load(token)["time_stamp_token"]["content"]
+    signers = list(signed["signer_infos"])
+    if len(signers) != 1:
+        raise TimestampError(f"the time-stamp token has {len(signers)} signers, not one")
+    signer = signers[0]
+    sid = signer["sid"]
+    if sid.name != "issuer_and_serial_number":
+        raise TimestampError("the time-stamp token names its signer by key id, not issuer and serial")
+    issuer, serial = sid.chosen["issuer"], sid.chosen["serial_number"].native
+    cert = next(
+        (
+            c.chosen
+            for c in signed["certificates"] or []
+            if c.name == "certificate" and c.chosen.issuer == issuer and c.chosen.serial_number == serial
+        ),
+        None,
+    )
+    if cert is None:
+        raise TimestampError("the time-stamp token does not carry its signer's certificate")
+    ids: Any = None
+    for attr in signer["signed_attrs"] or []:
+        if attr["type"].native in ("signing_certificate_v2", "signing_certificate"):
+            ids = (attr["type"].native, attr["values"][0]["certs"])
+            break
+    if ids is None or len(ids[1]) == 0:
+        raise TimestampError("the time-stamp token has no ESSCertID of its signer")
+    kind, cert_ids = ids
+    first = cert_ids[0]
+    algorithm = first["hash_algorithm"]["algorithm"].native if kind == "signing_certificate_v2" else "sha1"
+    try:
+        digest = hashlib.new(algorithm, cert.dump()).digest()
+    except ValueError:
+        raise TimestampError(f"the time-stamp token's ESSCertID uses an unknown hash ({algorithm})") from None
+    if first["cert_hash"].native != digest:
+        raise TimestampError("the time-stamp token's ESSCertID names another certificate than its signer")
+    named = first["issuer_serial"]
+    if named.native is not None and named["serial_number"].native != serial:
+        raise TimestampError("the time-stamp token's ESSCertID names another certificate than its signer")
 
 
 def load_tsa_roots(pem: bytes) -> list[Any]:
@@ -77,12 +175,15 @@ def load_tsa_roots(pem: bytes) -> list[Any]:
 def verify_timestamp(token: bytes, payload: bytes, roots: Sequence[Any]) -> int:
     """Check a ``TimeStampResp`` over ``payload`` against the TSA trust ``roots``.
 
-    Verifies the CMS signature chain to one of ``roots`` (valid at ``genTime``), the
-    time-stamping EKU of the signer and the imprint (SHA-256/384/512 of ``payload``).
+    Verifies the CMS signature and the path from one of ``roots`` through the intermediates
+    the token carries to the signer (valid at ``genTime``), the signer's critical
+    ``timeStamping`` EKU (RFC 3161 section 2.3), its ESSCertIDv2 (RFC 5816) and the imprint
+    (SHA-256/384/512 of ``payload``).
     Returns ``genTime`` in milliseconds since the epoch. Raises :class:`TimestampError`.
     """
     from rfc3161_client import VerificationError, VerifierBuilder, decode_timestamp_response
 
+    token = _der_certificate_set(token, "the time-stamp token")
     try:
         response = decode_timestamp_response(token)
     except ValueError:
@@ -93,7 +194,8 @@ def verify_timestamp(token: bytes, payload: bytes, roots: Sequence[Any]) -> int:
     try:
         builder.build().verify_message(response, payload)
     except (VerificationError, ValueError) as exc:
-        raise TimestampError(f"the time-stamp token does not verify ({exc})") from None
+        raise TimestampError(f"the time-stamp token does not verify ({_reason(exc)})") from None
+    _check_signing_certificate(token)
     gen = response.tst_info.gen_time
     if gen.tzinfo is None:
         gen = gen.replace(tzinfo=datetime.timezone.utc)

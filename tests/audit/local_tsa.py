@@ -2,9 +2,9 @@
 small HTTP endpoint (RFC 3161 section 3.4: POST ``application/timestamp-query``).
 
 The TSA's certificate is issued by its own test CA, with the critical ``timeStamping``
-extended key usage RFC 3161 section 2.3 requires. Replies carry the signer's certificate only
-(no ``certs =`` chain): rfc3161-client parses strict DER, and ``openssl ts`` does not sort a
-two-certificate SET as DER requires.
+extended key usage RFC 3161 section 2.3 requires. By default replies carry the signer's
+certificate only; ``LocalTsa(chain=True)`` issues it from an intermediate under the root and
+configures ``certs = chain.pem`` and ``ess_cert_id_chain = yes``, as an operator's TSA would.
 """
 
 from __future__ import annotations
@@ -32,8 +32,12 @@ def _write_key(path: Path, key: ec.EllipticCurvePrivateKey) -> None:
     )
 
 
-def make_tsa_pki(directory: Path, cn: str = "xinserve test TSA") -> tuple[Path, Path, Path]:
-    """Write ``ca.pem``, ``tsa.pem`` and ``tsa.key``; return their paths."""
+def make_tsa_pki(directory: Path, cn: str = "xinserve test TSA", chain: bool = False) -> tuple[Path, Path, Path]:
+    """Write ``ca.pem``, ``tsa.pem`` and ``tsa.key``; return their paths.
+
+    With ``chain``, ``tsa.pem`` is issued by an intermediate CA under ``ca.pem`` and
+    ``chain.pem`` holds that intermediate then the root.
+    """
     directory.mkdir(parents=True, exist_ok=True)
     now = datetime.datetime.now(datetime.UTC)
     ca_key = ec.generate_private_key(ec.SECP256R1())
@@ -45,15 +49,33 @@ def make_tsa_pki(directory: Path, cn: str = "xinserve test TSA") -> tuple[Path, 
         .serial_number(x509.random_serial_number())
         .not_valid_before(now - datetime.timedelta(days=1))
         .not_valid_after(now + datetime.timedelta(days=3650))
-        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=1 if chain else 0), critical=True)
         .add_extension(x509.KeyUsage(False, False, False, False, False, True, True, False, False), critical=True)
         .sign(ca_key, hashes.SHA256())
     )
+    issuer, issuer_key = ca, ca_key
+    if chain:
+        issuer_key = ec.generate_private_key(ec.SECP256R1())
+        issuer = (
+            x509.CertificateBuilder()
+            .subject_name(_name(cn + " intermediate"))
+            .issuer_name(ca.subject)
+            .public_key(issuer_key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(days=1))
+            .not_valid_after(now + datetime.timedelta(days=3650))
+            .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+            .add_extension(x509.KeyUsage(False, False, False, False, False, True, True, False, False), critical=True)
+            .sign(ca_key, hashes.SHA256())
+        )
+        (directory / "chain.pem").write_bytes(
+            issuer.public_bytes(serialization.Encoding.PEM) + ca.public_bytes(serialization.Encoding.PEM)
+        )
     key = ec.generate_private_key(ec.SECP256R1())
     leaf = (
         x509.CertificateBuilder()
         .subject_name(_name(cn))
-        .issuer_name(ca.subject)
+        .issuer_name(issuer.subject)
         .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
         .not_valid_before(now - datetime.timedelta(days=1))
@@ -61,7 +83,7 @@ def make_tsa_pki(directory: Path, cn: str = "xinserve test TSA") -> tuple[Path, 
         .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
         .add_extension(x509.KeyUsage(True, False, False, False, False, False, False, False, False), critical=True)
         .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.TIME_STAMPING]), critical=True)
-        .sign(ca_key, hashes.SHA256())
+        .sign(issuer_key, hashes.SHA256())
     )
     paths = (directory / "ca.pem", directory / "tsa.pem", directory / "tsa.key")
     paths[0].write_bytes(ca.public_bytes(serialization.Encoding.PEM))
@@ -73,9 +95,10 @@ def make_tsa_pki(directory: Path, cn: str = "xinserve test TSA") -> tuple[Path, 
 class LocalTsa:
     """``openssl ts -reply`` served over HTTP on 127.0.0.1; ``url`` is its endpoint."""
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, chain: bool = False) -> None:
         self.dir = directory
-        self.ca, self.cert, self.key = make_tsa_pki(directory)
+        self.ca, self.cert, self.key = make_tsa_pki(directory, chain=chain)
+        self.chain = directory / "chain.pem" if chain else None
         (directory / "serial").write_text("01\n")
         self.config = directory / "tsa.cnf"
         self.config.write_text(
@@ -93,9 +116,9 @@ digests = sha256, sha384, sha512
 accuracy = secs:1
 ordering = yes
 tsa_name = no
-ess_cert_id_chain = no
 ess_cert_id_alg = sha256
 """
+            + (f"certs = {self.chain}\ness_cert_id_chain = yes\n" if self.chain else "ess_cert_id_chain = no\n")
         )
         self.requests = 0
         tsa = self
