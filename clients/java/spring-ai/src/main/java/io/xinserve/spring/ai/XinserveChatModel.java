@@ -1,5 +1,8 @@
 package io.xinserve.spring.ai;
 
+import io.micrometer.observation.Observation;
+import io.micrometer.observation.ObservationRegistry;
+import io.micrometer.observation.contextpropagation.ObservationThreadLocalAccessor;
 import io.xinserve.client.XinserveClient;
 import io.xinserve.client.errors.InvalidArgumentException;
 import io.xinserve.v1.ChatMessage;
@@ -27,6 +30,11 @@ import org.springframework.ai.chat.metadata.DefaultUsage;
 import org.springframework.ai.chat.model.ChatModel;
 import org.springframework.ai.chat.model.ChatResponse;
 import org.springframework.ai.chat.model.Generation;
+import org.springframework.ai.chat.model.MessageAggregator;
+import org.springframework.ai.chat.observation.ChatModelObservationContext;
+import org.springframework.ai.chat.observation.ChatModelObservationConvention;
+import org.springframework.ai.chat.observation.ChatModelObservationDocumentation;
+import org.springframework.ai.chat.observation.DefaultChatModelObservationConvention;
 import org.springframework.ai.chat.prompt.ChatOptions;
 import org.springframework.ai.chat.prompt.Prompt;
 import org.springframework.ai.model.tool.ToolCallingManager;
@@ -77,15 +85,33 @@ import reactor.core.scheduler.Schedulers;
  *       (its text is the calls' JSON, never shown). Cancelling the {@code Flux} (dispose, {@code
  *       take}, an HTTP client leaving) cancels the gRPC call, which aborts the engine request on
  *       the server.
+ *   <li>Observations: each round trip to the server (each round of a tool loop) is one Spring AI
+ *       {@code gen_ai.client.operation} observation ({@link
+ *       ChatModelObservationDocumentation#CHAT_MODEL_OPERATION}, {@link
+ *       DefaultChatModelObservationConvention} unless one is set), provider {@value #PROVIDER},
+ *       as Spring AI's own chat models record it: the request model and options, the response
+ *       id, model, finish reasons and token usage (input = prompt tokens, output = completion
+ *       tokens), which Spring AI's {@code ChatModelMeterObservationHandler} turns into the {@code
+ *       gen_ai.client.token.usage} meter. A stream's observation is stopped before its completion
+ *       reaches the subscriber (or on cancel or error), and is the parent of observations made downstream in the same Reactor
+ *       context.
  *   <li>Errors: a {@link org.springframework.ai.retry.TransientAiException} (UNAVAILABLE,
  *       RESOURCE_EXHAUSTED) or {@link NonTransientAiException} (anything else), whose cause is the
  *       typed {@link io.xinserve.client.errors.XinserveException}.
  * </ul>
  */
 public class XinserveChatModel implements ChatModel {
+  /** The provider name in the observations ({@code gen_ai.provider.name} / {@code gen_ai.system}). */
+  public static final String PROVIDER = "xinserve";
+
+  private static final ChatModelObservationConvention DEFAULT_OBSERVATION_CONVENTION =
+      new DefaultChatModelObservationConvention();
+
   private final XinserveClient client;
   private final XinserveChatOptions defaults;
   private final ToolCallingManager toolCallingManager;
+  private final ObservationRegistry observationRegistry;
+  private ChatModelObservationConvention observationConvention = DEFAULT_OBSERVATION_CONVENTION;
 
   /**
    * @param client the xinserve client to call through
@@ -103,10 +129,40 @@ public class XinserveChatModel implements ChatModel {
    */
   public XinserveChatModel(
       XinserveClient client, XinserveChatOptions defaults, ToolCallingManager toolCallingManager) {
+    this(client, defaults, toolCallingManager, null);
+  }
+
+  /**
+   * @param client the xinserve client to call through
+   * @param defaults default options ({@code model} among them), may be {@code null}
+   * @param toolCallingManager resolves tool definitions (and runs tools on Spring AI 1.1); {@code
+   *     null} for Spring AI's default ({@code ToolCallingManager.builder().build()})
+   * @param observationRegistry records the {@code gen_ai.client.operation} observations; {@code
+   *     null} for {@link ObservationRegistry#NOOP}
+   */
+  public XinserveChatModel(
+      XinserveClient client,
+      XinserveChatOptions defaults,
+      ToolCallingManager toolCallingManager,
+      ObservationRegistry observationRegistry) {
+    this.observationRegistry =
+        observationRegistry == null ? ObservationRegistry.NOOP : observationRegistry;
     this.client = Objects.requireNonNull(client, "client");
     this.defaults = defaults == null ? new XinserveChatOptions() : defaults.copy();
     this.toolCallingManager =
         toolCallingManager == null ? ToolCallingManager.builder().build() : toolCallingManager;
+  }
+
+  /**
+   * Sets the convention of this model's observations, as Spring AI's own chat models' {@code
+   * setObservationConvention} does.
+   *
+   * @param observationConvention the convention; {@link DefaultChatModelObservationConvention}
+   *     is used for the keys it does not override
+   * @throws NullPointerException if {@code observationConvention} is {@code null}
+   */
+  public void setObservationConvention(ChatModelObservationConvention observationConvention) {
+    this.observationConvention = Objects.requireNonNull(observationConvention, "observationConvention");
   }
 
   /** @return the client this model calls through */
@@ -158,6 +214,32 @@ public class XinserveChatModel implements ChatModel {
 
   private ChatResponse internalCall(Prompt prompt, ChatResponse previous) {
     ChatRequest request = toRequest(prompt);
+    ChatModelObservationContext context =
+        ChatObservations.context(observed(prompt, request), PROVIDER, false);
+    ChatResponse response =
+        ChatModelObservationDocumentation.CHAT_MODEL_OPERATION
+            .observation(
+                observationConvention, DEFAULT_OBSERVATION_CONVENTION, () -> context, observationRegistry)
+            .observe(
+                () -> {
+                  ChatResponse round = roundTrip(request, previous);
+                  context.setResponse(round);
+                  return round;
+                });
+    if (!ToolCallingFields.modelRunsTools(prompt.getOptions(), response)) {
+      return response;
+    }
+    ToolExecutionResult result = toolCallingManager.executeToolCalls(prompt, response);
+    if (result.returnDirect()) {
+      return ChatResponse.builder()
+          .from(response)
+          .generations(ToolExecutionResult.buildGenerations(result))
+          .build();
+    }
+    return internalCall(new Prompt(result.conversationHistory(), prompt.getOptions()), response);
+  }
+
+  private ChatResponse roundTrip(ChatRequest request, ChatResponse previous) {
     io.xinserve.v1.ChatResponse r;
     try {
       r = client.chat(request);
@@ -172,19 +254,17 @@ public class XinserveChatModel implements ChatModel {
               assistant(out.getText(), out.getToolCallsList()),
               ChatGenerationMetadata.builder().finishReason(name(out.getFinishReason())).build()));
     }
-    ChatResponse response =
-        new ChatResponse(generations, metadata(r.getRequestId(), request.getModel(), r.getUsage(), previous));
-    if (!ToolCallingFields.modelRunsTools(prompt.getOptions(), response)) {
-      return response;
-    }
-    ToolExecutionResult result = toolCallingManager.executeToolCalls(prompt, response);
-    if (result.returnDirect()) {
-      return ChatResponse.builder()
-          .from(response)
-          .generations(ToolExecutionResult.buildGenerations(result))
-          .build();
-    }
-    return internalCall(new Prompt(result.conversationHistory(), prompt.getOptions()), response);
+    return new ChatResponse(generations, metadata(r.getRequestId(), request.getModel(), r.getUsage(), previous));
+  }
+
+  /**
+   * @return the prompt as the observation records it: its options with the model the request
+   *     names (the client's default model when the options name none)
+   */
+  private static Prompt observed(Prompt prompt, ChatRequest request) {
+    XinserveChatOptions options = XinserveChatOptions.from(prompt.getOptions());
+    options.setModel(request.getModel());
+    return new Prompt(prompt.getInstructions(), options);
   }
 
   /**
@@ -201,7 +281,31 @@ public class XinserveChatModel implements ChatModel {
   }
 
   private Flux<ChatResponse> internalStream(Prompt prompt, ChatResponse previous) {
-    ChatRequest request = toRequest(prompt);
+    return Flux.deferContextual(
+        reactorContext -> {
+          ChatRequest request = toRequest(prompt);
+          ChatModelObservationContext context =
+              ChatObservations.context(observed(prompt, request), PROVIDER, true);
+          Observation observation =
+              ChatModelObservationDocumentation.CHAT_MODEL_OPERATION.observation(
+                  observationConvention, DEFAULT_OBSERVATION_CONVENTION, () -> context, observationRegistry);
+          observation
+              .parentObservation(reactorContext.getOrDefault(ObservationThreadLocalAccessor.KEY, null))
+              .start();
+          return new MessageAggregator()
+              .aggregate(streamRound(prompt, request, previous), context::setResponse)
+              .doOnComplete(observation::stop)
+              .doOnCancel(observation::stop)
+              .doOnError(
+                  e -> {
+                    observation.error(e);
+                    observation.stop();
+                  })
+              .contextWrite(c -> c.put(ObservationThreadLocalAccessor.KEY, observation));
+        });
+  }
+
+  private Flux<ChatResponse> streamRound(Prompt prompt, ChatRequest request, ChatResponse previous) {
     Flux<ChatStreamResponse> deltas = client.reactor().chatStream(request);
     Flux<ChatResponse> round;
     if (forced(request)) {
