@@ -311,6 +311,14 @@ class AuditLog:
                     "syslog_connected": shipper.connected,
                     "syslog_buffered": shipper.buffered,
                     "syslog_lost": shipper.lost,
+                    **(
+                        {
+                            "timestamp_failures": shipper.timestamp_failures,
+                            "timestamp_last_error": shipper.last_timestamp_error,
+                        }
+                        if self.settings is not None and self.settings.tsa is not None
+                        else {}
+                    ),
                 }
                 if shipper is not None
                 else {}

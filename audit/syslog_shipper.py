@@ -124,6 +124,7 @@ class SyslogShipper:
         self.sent = 0
         self.last_error: str | None = None
         self.timestamp_failures = 0
+        self.last_timestamp_error: str | None = None
         self._ssl = self._ssl_context() if settings.tls else None
 
     # ---------------------------------------------------------------- state
@@ -304,6 +305,7 @@ class SyslogShipper:
         except TimestampError as exc:
             # Shipped without a token: the anchor still counts; verify reports what it cannot prove.
             self.timestamp_failures += 1
+            self.last_timestamp_error = str(exc)[:200]
             metrics.TIMESTAMP_FAILURES.inc()
             log.error("audit_timestamp_failed", error=str(exc))
             await self._notify("timestamp_failed", {"error": str(exc)[:200]})

@@ -3,7 +3,9 @@ chain (root -> intermediate -> TSA), and replies whose chain leads to no configu
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -11,11 +13,13 @@ import pytest
 from asn1crypto import tsp
 from audit_helpers import Backend, rpc_record_factory
 from local_tsa import LocalTsa, make_tsa_pki
+from prometheus_client import REGISTRY
 from rsyslog_collector import RSYSLOGD, Rsyslog
 
 from audit.anchors import load_anchors
 from audit.config import SyslogSettings, TsaSettings
 from audit.log import AuditLog
+from audit.records import EventType, parse_body
 from audit.stores.sqlite import SqliteStore
 from audit.timestamping import TimestampError, fetch_timestamp, load_tsa_roots, verify_timestamp
 from audit.verify import verify_store
@@ -109,6 +113,10 @@ def _syslog(rs: Rsyslog, pki: Pki) -> SyslogSettings:
     )
 
 
+def _failures() -> float:
+    return REGISTRY.get_sample_value("xinserve_audit_timestamp_failures_total") or 0.0
+
+
 @needs_rsyslog
 async def test_checkpoints_of_a_chained_tsa_are_timestamped_and_verify(
     sqlite_backend: Backend, key, collector: Rsyslog, pki: Pki, chain_tsa: LocalTsa
@@ -118,6 +126,8 @@ async def test_checkpoints_of_a_chained_tsa_are_timestamped_and_verify(
     await log.append(rpc_record_factory()(0))
     await log.checkpoint()
     await log.close()
+    detail = log.health_detail()
+    assert detail["timestamp_failures"] == 0 and detail["timestamp_last_error"] is None
     collector.wait_for(lambda ls: sum('"tst"' in x for x in ls) >= 3)
     anchors = load_anchors([collector.stream])
     assert len(anchors.timestamps) == len(anchors.checkpoints) == 3
@@ -126,3 +136,40 @@ async def test_checkpoints_of_a_chained_tsa_are_timestamped_and_verify(
             store, [key.public_key()], anchors=anchors, tsa_roots=load_tsa_roots(chain_tsa.ca.read_bytes())
         )
     assert report.ok
+
+
+def _timestamp_failures_recorded(path: Path, last_seq: int) -> list[dict[str, object]]:
+    with SqliteStore(path, readonly=True) as store:
+        events = [parse_body(r.body) for r in store.records("node-a", 1, last_seq)]
+    return [
+        e["detail"]
+        for e in events
+        if e["event"] == EventType.AUDIT_ANCHOR_SHIPPING and e["detail"]["state"] == "timestamp_failed"
+    ]
+
+
+async def _wait_until(predicate, timeout_s: float = 60.0) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline, "condition not reached"
+        await asyncio.sleep(0.05)
+
+
+@needs_rsyslog
+async def test_a_refused_reply_is_logged_counted_recorded_and_shown_in_health(
+    sqlite_backend: Backend, key, collector: Rsyslog, pki: Pki, chain_tsa: LocalTsa, tmp_path: Path, capsys
+) -> None:
+    _point_chain_elsewhere(chain_tsa, tmp_path)
+    before = _failures()
+    tsa = TsaSettings(url=chain_tsa.url, trust_file=chain_tsa.ca)
+    log = await AuditLog.open(sqlite_backend.settings(syslog=_syslog(collector, pki), tsa=tsa), key, start_ticker=False)
+    await log.append(rpc_record_factory()(0))
+    await _wait_until(lambda: bool(_timestamp_failures_recorded(sqlite_backend.path, log.last_seq)))
+    detail = log.health_detail()
+    await log.close()
+    reason = "the time-stamp token does not verify (certificate path: unable to get local issuer certificate)"
+    assert detail["timestamp_failures"] >= 1 and _failures() - before >= 1
+    assert detail["timestamp_last_error"] == reason
+    assert _timestamp_failures_recorded(sqlite_backend.path, log.last_seq)[0]["error"] == reason
+    captured = capsys.readouterr()
+    assert "audit_timestamp_failed" in captured.out + captured.err
