@@ -178,6 +178,10 @@ class ObservationAndModelSelectionTest {
   }
 
   private ApplicationContextRunner withEveryAutoConfiguration() {
+    return withAutoConfigurations(c -> true);
+  }
+
+  private ApplicationContextRunner withAutoConfigurations(java.util.function.Predicate<String> keep) {
     List<String> all =
         ImportCandidates.load(AutoConfiguration.class, getClass().getClassLoader()).getCandidates().stream()
             .filter(
@@ -185,6 +189,7 @@ class ObservationAndModelSelectionTest {
                     c.startsWith("org.springframework.ai.")
                         || c.equals(XinserveSpringAiTest.starterAutoConfiguration().getName())
                         || c.equals(XinserveAiAutoConfiguration.class.getName()))
+            .filter(keep)
             .toList();
     XinserveClientCustomizer inProcess = (n, b) -> b.channelBuilder(InProcessChannelBuilder.forName(name));
     return new ApplicationContextRunner()
@@ -216,6 +221,8 @@ class ObservationAndModelSelectionTest {
               TestObservationRegistryAssert.assertThat(registry)
                   .hasObservationWithNameEqualTo("spring.ai.chat.client");
               TestObservationRegistryAssert.assertThat(registry)
+                  .hasObservationWithNameEqualTo("spring.ai.advisor");
+              TestObservationRegistryAssert.assertThat(registry)
                   .hasObservationWithNameEqualTo("gen_ai.client.operation")
                   .that()
                   .hasLowCardinalityKeyValue("gen_ai.system", "xinserve");
@@ -231,6 +238,17 @@ class ObservationAndModelSelectionTest {
               assertThat(ctx).hasNotFailed().hasSingleBean(ChatModel.class).doesNotHaveBean(XinserveChatModel.class);
               assertThat(ctx.getBean(ChatModel.class)).isInstanceOf(OpenAiChatModel.class);
               assertThat(ctx).hasSingleBean(ChatClient.Builder.class);
+            });
+  }
+
+  @Test
+  void withoutAnotherProviderTheChatClientBuilderIsBuiltOnXinserve() {
+    withAutoConfigurations(c -> !c.startsWith("org.springframework.ai.model.openai."))
+        .run(
+            ctx -> {
+              assertThat(ctx).hasNotFailed().hasSingleBean(ChatModel.class).hasSingleBean(XinserveChatModel.class);
+              assertThat(ctx.getBean(ChatClient.Builder.class).build().prompt().user("hi").call().content())
+                  .isEqualTo("hello");
             });
   }
 }
