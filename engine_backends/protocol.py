@@ -79,6 +79,10 @@ class GenerateInput:
     add_generation_prompt: bool = True
     allow_special_tokens: bool = False
     """Chat only: message contents may carry special-token strings as control tokens."""
+    refuse_prompt_special_tokens: bool = False
+    """Text ``prompt`` only: refuse (``InvalidRequestError`` on ``prompt``) a prompt holding one
+    of the tokenizer's special-token strings, instead of tokenizing it into that control token
+    as vLLM does (``add_special_tokens=True``)."""
     stream: bool = False
     trace_headers: Mapping[str, str] | None = None
 

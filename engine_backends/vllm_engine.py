@@ -126,16 +126,18 @@ class VllmEngine:
         return self._info
 
     async def start(self) -> None:
-        """Load the model (30 s or more: runs in a worker thread, the event loop stays free)."""
+        """Load the model (30 s or more: runs in a worker thread, the event loop stays free).
+
+        Cancelled, it stops the engine being started before it re-raises: SIGTERM to its
+        engine-core process, SIGKILL after ``vllm_compat.ENGINE_STOP_GRACE_S`` seconds
+        (``vllm_compat.start_engine``)."""
 
         def factory(vllm_config: Any, engine_index: int = 0) -> _LoadRecorder:
             self._recorder = _LoadRecorder(vllm_config, engine_index)
             return self._recorder
 
         try:
-            llm = await asyncio.to_thread(
-                vc.build_engine, str(self._path), self._name, self._kind, self._options, factory
-            )
+            llm = await vc.start_engine(str(self._path), self._name, self._kind, self._options, factory)
         except Exception as exc:
             why = vc.explain_engine_error(exc, self._options)
             log.error("engine for model %s failed to start: %s", self._name, why or type(exc).__name__)
@@ -285,6 +287,19 @@ class VllmEngine:
                 f"contains the special token {found!r}; set allow_special_tokens to pass it as a control token",
             )
 
+    async def _refuse_prompt_special_tokens(self, prompt: str) -> None:
+        """Raise InvalidRequestError on ``prompt`` when the text holds one of the tokenizer's
+        special-token strings (tokenized, it would become that control token)."""
+        guard = self._special_tokens
+        small = len(prompt) <= _INLINE_TOKENIZE_CHARS
+        found = guard.find(prompt) if small else await asyncio.to_thread(guard.find, prompt)
+        if found is not None:
+            raise InvalidRequestError(
+                "prompt",
+                f"contains the special token {found!r}; this server refuses special tokens in prompt text "
+                "(limits.refuse_special_tokens_in_prompt)",
+            )
+
     async def _prompt_ids(self, request: GenerateInput) -> list[int]:
         if request.messages is not None:
             tok = self._tokenizer
@@ -313,7 +328,10 @@ class VllmEngine:
             self._check_ids("prompt_token_ids", ids)
             field = "prompt_token_ids"
         else:
-            ids = await self.tokenize(request.prompt or "", add_special_tokens=True)
+            prompt = request.prompt or ""
+            if request.refuse_prompt_special_tokens:
+                await self._refuse_prompt_special_tokens(prompt)
+            ids = await self.tokenize(prompt, add_special_tokens=True)
             field = "prompt"
         limit = self.info.max_model_len
         if len(ids) >= limit:

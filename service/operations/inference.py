@@ -272,6 +272,7 @@ class Inference:
             tools=plan.tools,
             add_generation_prompt=add_generation_prompt,
             allow_special_tokens=bool(chat and request.allow_special_tokens),
+            refuse_prompt_special_tokens=self._limits.refuse_special_tokens_in_prompt,
             stream=stream,
             trace_headers=dict(info.trace_headers) or None,
         )

@@ -280,6 +280,12 @@ class LimitsSettings(SettingsModel):
     max_logit_bias: int = Field(default=1024, ge=1)
     """Most ``logit_bias`` entries of a request (also bounded by the vocabulary size): vLLM
     applies each entry at every decoding step of the request."""
+    refuse_special_tokens_in_prompt: bool = False
+    """Refuse a text prompt of Generate/GenerateStream and ``/v1/completions`` that holds one of
+    the model's special-token strings (``<|im_start|>``, ``</s>`` ...; INVALID_ARGUMENT / 400
+    naming ``prompt``), as Chat refuses them in messages. Off by default: as in vLLM, such a
+    text then becomes that control token, so end-user text passed as a prompt can forge turns
+    or end the sequence. Token-id prompts are never checked."""
     max_tokenize_bytes: int = Field(default=1024 * 1024, ge=1024)
     """Largest text of Tokenize (OpenAI ``/tokenize``: ``prompt``) in UTF-8 bytes, and never
     more than ``max_prompt_bytes``: twice a 128 Ki-token context at ~4 bytes per token, while
