@@ -4,11 +4,14 @@ import io.grpc.Channel;
 import io.grpc.ClientInterceptor;
 import io.grpc.ManagedChannel;
 import io.grpc.ManagedChannelBuilder;
+import io.grpc.Status;
 import io.grpc.StatusRuntimeException;
 import io.grpc.health.v1.HealthCheckRequest;
 import io.grpc.health.v1.HealthCheckResponse;
 import io.grpc.health.v1.HealthGrpc;
 import io.grpc.stub.ClientCalls;
+import io.xinserve.client.errors.ErrorDetails;
+import io.xinserve.client.errors.IncompatibleServerException;
 import io.xinserve.client.errors.XinserveException;
 import io.xinserve.client.errors.XinserveExceptions;
 import io.xinserve.v1.AbortRequest;
@@ -80,6 +83,13 @@ import javax.net.ssl.TrustManager;
  * <p>Thread-safe; create one per server and share it. {@link #close()} shuts the channel down.
  */
 public final class XinserveClient implements AutoCloseable {
+  /**
+   * The {@code xinserve.v1} contract revision this client implements, compared with {@code
+   * GetServerInfoResponse.min_client_revision} by {@link #checkCompatibility()}; the same number
+   * as the Python client's {@code SCHEMA_REVISION} and the server's {@code schema_revision}.
+   */
+  public static final int SCHEMA_REVISION = 4;
+
   private final ManagedChannel ownedChannel;
   private final Calls calls;
   private final String defaultModel;
@@ -535,6 +545,36 @@ public final class XinserveClient implements AutoCloseable {
   public GetServerInfoResponse serverInfo() {
     return calls.blocking(
         ServerServiceGrpc.getGetServerInfoMethod(), GetServerInfoRequest.getDefaultInstance(), "");
+  }
+
+  /**
+   * Checks that the server still supports the {@code xinserve.v1} contract revision this client
+   * implements ({@link #SCHEMA_REVISION}), as the Python client's {@code check_compatibility()}.
+   * Nothing calls it implicitly: call it once at start-up.
+   *
+   * @return the server's {@code GetServerInfoResponse}
+   * @throws IncompatibleServerException the server's {@code min_client_revision} is above {@link
+   *     #SCHEMA_REVISION}: upgrade the client
+   * @throws XinserveException the {@code GetServerInfo} call failed, as for {@link #serverInfo()}
+   */
+  public GetServerInfoResponse checkCompatibility() {
+    GetServerInfoResponse info = serverInfo();
+    if (Integer.compareUnsigned(info.getMinClientRevision(), SCHEMA_REVISION) > 0) {
+      throw new IncompatibleServerException(
+          new ErrorDetails(
+              Status.Code.FAILED_PRECONDITION,
+              "the server needs xinserve.v1 schema revision >= "
+                  + Integer.toUnsignedString(info.getMinClientRevision())
+                  + ", this client implements "
+                  + SCHEMA_REVISION
+                  + ": upgrade xinserve-client",
+              null,
+              null,
+              null,
+              null,
+              null));
+    }
+    return info;
   }
 
   /** @return a future of {@link #serverInfo()} */
