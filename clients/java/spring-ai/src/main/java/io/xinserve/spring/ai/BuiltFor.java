@@ -1,5 +1,6 @@
 package io.xinserve.spring.ai;
 
+import io.xinserve.spring.boot.XinserveBootGenerationException;
 import java.io.IOException;
 import java.io.InputStream;
 import java.util.Properties;
@@ -28,7 +29,8 @@ final class BuiltFor {
    * @param runningBoot the running Spring Boot version, or {@code null} if unknown (no check)
    * @param builtBoot the Spring Boot version this jar was built for
    * @param artifact this jar's artifact id
-   * @throws IllegalStateException if the major versions differ, naming the artifact to use
+   * @throws XinserveBootGenerationException if the major versions differ, naming the artifact
+   *     to use ({@link XinserveBootGenerationException#alternative()})
    */
   static void require(String runningBoot, String builtBoot, String artifact) {
     if (runningBoot == null || builtBoot == null) {
@@ -38,7 +40,7 @@ final class BuiltFor {
     String built = builtBoot.split("\\.", 2)[0];
     if (!running.equals(built)) {
       String other = built.equals("3") ? "xinserve-spring-ai-boot4" : "xinserve-spring-ai";
-      throw new IllegalStateException(
+      throw new XinserveBootGenerationException(
           artifact
               + " is built for Spring Boot "
               + built
@@ -46,7 +48,8 @@ final class BuiltFor {
               + runningBoot
               + "; use io.xinserve:"
               + other
-              + " instead (see docs/java.md, Spring Boot 3 and 4)");
+              + " instead (see docs/java.md, Spring Boot 3 and 4)",
+          other);
     }
   }
 }
