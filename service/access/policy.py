@@ -57,11 +57,16 @@ class AccessPolicy(RoleGrants):
             Reason.PERMISSION_DENIED,
         )
 
+    def grants_model(self, principal: Principal, method: str, model: str) -> bool:
+        """Whether one of the principal's roles that grants ``method`` also grants ``model``
+        (its ``models`` patterns)."""
+        return any(self._models[role].match(model) for role in self._granting(principal, method))
+
     def authorize_model(self, principal: Principal, method: str, model: str) -> None:
-        """Allow ``method`` on ``model`` or raise PERMISSION_DENIED (UNAUTHENTICATED if anonymous)."""
-        for role in self._granting(principal, method):
-            if self._models[role].match(model):
-                return
+        """Allow ``method`` on ``model`` (:meth:`grants_model`) or raise PERMISSION_DENIED
+        (UNAUTHENTICATED if anonymous)."""
+        if self.grants_model(principal, method, model):
+            return
         anonymous = principal.auth_method == "anonymous"
         code = grpc.StatusCode.UNAUTHENTICATED if anonymous else grpc.StatusCode.PERMISSION_DENIED
         reason = Reason.UNAUTHENTICATED if anonymous else Reason.PERMISSION_DENIED

@@ -19,7 +19,8 @@ class RoleSettings(SettingsModel):
     """Method-name patterns (shell-style) the role may call: ``xinserve.v1.InferenceService/*``,
     ``xinserve.v1.AuditService/QueryRecords``, ``openai/*``."""
     models: list[str] = Field(default_factory=lambda: ["*"])
-    """Model-name patterns the role may use in inference calls."""
+    """Model-name patterns the role may use in inference calls and see in ModelService and
+    ``GET /v1/models`` (``service.operations.model_visibility``)."""
     duty: Literal["system", "security", "audit"] | None = None
     """Administrator duty (三员分立): one principal may not hold two different duties."""
     act_for_others: bool = False

@@ -77,6 +77,11 @@ class RoleGrants:
         self._methods = {name: _compile(r.methods) for name, r in self._roles.items()}
         self._models = {name: _compile(r.models) for name, r in self._roles.items()}
         self._duties = {name: self._derive_duties(name) for name in self._roles}
+        self._administrators = frozenset(
+            name
+            for name, role in self._roles.items()
+            if role.duty is not None or role.act_for_others or self._duties[name] & {"audit", "security"}
+        )
         self.check_principal("auth.anonymous_roles", settings.anonymous_roles)
         self.check_principal("auth.mtls_default_roles", settings.mtls_default_roles)
         for i, rule in enumerate(settings.mtls_roles):
@@ -85,6 +90,19 @@ class RoleGrants:
     @property
     def role_names(self) -> frozenset[str]:
         return frozenset(self._roles)
+
+    @property
+    def administrator_roles(self) -> frozenset[str]:
+        """The roles of an administrator (system, security or audit): those that name a
+        ``duty``, set ``act_for_others`` or grant a method of the audit or security duty.
+        Inference alone, though it holds the system duty for separation of duties, makes no
+        administrator (the default ``user`` is none; ``admin``, ``security_admin`` and
+        ``auditor`` are)."""
+        return self._administrators
+
+    def is_administrator(self, roles: Iterable[str]) -> bool:
+        """Whether one of ``roles`` (unknown names ignored) is in :attr:`administrator_roles`."""
+        return not self._administrators.isdisjoint(roles)
 
     def _derive_duties(self, name: str) -> frozenset[Duty]:
         role, grants = self._roles[name], self._methods[name]

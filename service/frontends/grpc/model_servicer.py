@@ -1,11 +1,17 @@
-"""``xinserve.v1.ModelService``: the configured models and their state."""
+"""``xinserve.v1.ModelService``: the configured models a caller sees and their state.
+
+A caller sees the models its roles grant (``service.operations.model_visibility``, the rule of
+``GET /v1/models`` too), in every state (LOADING, READY, FAILED), where the OpenAI front end
+lists only READY ones. Administrators (``AccessPolicy.is_administrator``: a role naming a
+``duty``, acting for others or holding the audit or security duty) also get the verifier's and
+loader's detail."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from service.core.reasons import Reason
-from service.core.status import not_found
+from service.access.policy import AccessPolicy
+from service.operations.model_visibility import visible_model, visible_models
 from service.operations.validation import Violations, check_model_name
 from service.runtime.state import AdapterEntry, ModelEntry, ModelState, Runtime, Verification
 from service.runtime.verification import safe_verification_message
@@ -17,8 +23,6 @@ _STATE = {
     ModelState.READY: model_pb2.MODEL_STATE_READY,
     ModelState.FAILED: model_pb2.MODEL_STATE_FAILED,
 }
-# Roles that see the verifier's and loader's detail (file names); others get codes and safe text.
-_PRIVILEGED = frozenset({"admin", "security_admin", "auditor"})
 _VERIFICATION = {
     Verification.NOT_CHECKED: model_pb2.VERIFICATION_STATUS_NOT_CHECKED,
     Verification.VERIFIED: model_pb2.VERIFICATION_STATUS_VERIFIED,
@@ -52,8 +56,8 @@ def _adapter_message(adapter: AdapterEntry, privileged: bool) -> model_pb2.LoraA
 
 
 def model_message(entry: ModelEntry, device: str, privileged: bool = False) -> model_pb2.Model:
-    """The contract's view of a model. ``privileged`` (admin, auditor) adds the verifier's and
-    loader's detail, which may name files; every caller gets reason codes and safe sentences."""
+    """The contract's view of a model. ``privileged`` (an administrator) adds the verifier's
+    and loader's detail, which may name files; every caller gets reason codes and safe sentences."""
     reason = entry.state_reason
     verification_detail = entry.verification_detail
     if entry.verification_reason and not privileged:
@@ -87,28 +91,34 @@ def model_message(entry: ModelEntry, device: str, privileged: bool = False) -> m
     return msg
 
 
-def _privileged(context) -> bool:
-    """Whether the caller (``context.call``, set by the call pipeline) is admin or auditor."""
-    record = getattr(context, "call", None)
-    return record is not None and bool(record.principal.roles & _PRIVILEGED)
-
-
 class ModelServicer(model_pb2_grpc.ModelServiceServicer):
-    def __init__(self, runtime: Runtime, device: str) -> None:
+    """ModelService over ``runtime``'s models, for the callers ``policy`` grants them to.
+
+    Args:
+        runtime: the models.
+        device: device kind reported for a model without a running engine.
+        policy: the call core's role policy.
+    """
+
+    def __init__(self, runtime: Runtime, device: str, policy: AccessPolicy) -> None:
         self._rt = runtime
         self._device = device
+        self._policy = policy
 
     async def ListModels(self, request, context):
-        privileged = _privileged(context)
-        return model_pb2.ListModelsResponse(
-            models=[model_message(e, self._device, privileged) for e in self._rt.models.values()]
-        )
+        """Every model the caller sees, in any state (RPC errors: none beyond the call core's)."""
+        record = context.call
+        privileged = self._policy.is_administrator(record.principal.roles)
+        entries = visible_models(self._policy, record.principal, record.method, self._rt.models)
+        return model_pb2.ListModelsResponse(models=[model_message(e, self._device, privileged) for e in entries])
 
     async def GetModel(self, request, context):
+        """One model. Errors: INVALID_ARGUMENT (``name`` empty or over 128 characters),
+        PERMISSION_DENIED (no role grants it, whether or not it exists), NOT_FOUND."""
         v = Violations()
         check_model_name(request.name, v, field="name")
         v.raise_if_any()
-        entry = self._rt.models.get(request.name)
-        if entry is None:
-            raise not_found("model", request.name, Reason.MODEL_NOT_FOUND)
-        return model_pb2.GetModelResponse(model=model_message(entry, self._device, _privileged(context)))
+        record = context.call
+        entry = visible_model(self._policy, record.principal, record.method, self._rt.models, request.name)
+        privileged = self._policy.is_administrator(record.principal.roles)
+        return model_pb2.GetModelResponse(model=model_message(entry, self._device, privileged))

@@ -135,7 +135,7 @@ class Frontend:
         self.health = health_aio.HealthServicer()
         self._servicers = (
             InferenceServicer(self.inference),
-            ModelServicer(runtime, device),
+            ModelServicer(runtime, device, core.policy),
             ServerServicer(runtime, device),
             AuditServicer(runtime),
             AttestationServicer(runtime, spki),

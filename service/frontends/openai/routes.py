@@ -86,8 +86,9 @@ from service.frontends.openai.schemas import (
     parse_body,
 )
 from service.operations.inference import Inference
+from service.operations.model_visibility import visible_model, visible_models
 from service.pipeline.call_core import CallCore, Started, Transport
-from service.runtime.state import ModelState, Runtime
+from service.runtime.state import Runtime
 from xinserve.v1 import common_pb2, inference_pb2
 
 CLIENT_CERT_STATE = "xinserve_client_cert_pem"
@@ -531,15 +532,10 @@ class OpenAIRoutes:
 
     async def list_models(self, request: Request) -> Response:
         async def op(record: CallRecord, _: Any) -> Any:
-            names = [n for n, e in self.runtime.models.items() if e.state is ModelState.READY]
-            allowed = []
-            for name in names:
-                try:
-                    self.core.policy.authorize_model(record.principal, record.method, name)
-                except RpcError:
-                    continue
-                allowed.append(self._model_object(name))
-            return {"object": "list", "data": allowed}
+            entries = visible_models(
+                self.core.policy, record.principal, record.method, self.runtime.models, ready_only=True
+            )
+            return {"object": "list", "data": [self._model_object(e.name) for e in entries]}
 
         return await self._call(request, "openai/models", False, op)
 
@@ -548,15 +544,7 @@ class OpenAIRoutes:
 
         async def op(record: CallRecord, _: Any) -> Any:
             record.model = name[:128] or None
-            self.core.policy.authorize_model(record.principal, record.method, name)
-            entry = self.runtime.models.get(name)
-            if entry is None or entry.state is not ModelState.READY:
-                raise RpcError(
-                    grpc.StatusCode.NOT_FOUND,
-                    f"model {name[:128]!r} not found",
-                    Reason.MODEL_NOT_FOUND,
-                    metadata={"model": name[:128]},
-                )
+            visible_model(self.core.policy, record.principal, record.method, self.runtime.models, name, ready_only=True)
             return self._model_object(name)
 
         return await self._call(request, "openai/models.retrieve", False, op)
