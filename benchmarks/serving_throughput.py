@@ -13,15 +13,21 @@ everywhere. Peers (``--peers``, in this order by default):
                     all-MiniLM-L6-v2, idle while the other is measured).
                     Both xinserve peers are measured with each of ``--clients``: ``sync``
                     (``InferenceService.GenerateStream``, blocking grpc stub, one thread per
-                    stream), ``aio`` (grpc.aio, one event loop) and ``openai`` (xinserve's
+                    stream), ``aio`` (grpc.aio, one event loop), ``java`` (the Java SDK in a
+                    JVM: benchmarks/java_client's ``LoadGen``), ``raw`` (plain grpc-java with
+                    messages from a protoset: ``RawStreamGen``, the same client code that the
+                    ``vllm-grpc-raw`` row points at vLLM's server) and ``openai`` (xinserve's
                     OpenAI front end, streaming ``POST /v1/completions``, aiohttp); rows are
-                    labelled ``<peer>-<client>``.
+                    labelled ``<peer>-<client>``. The Java clients need the jar built first
+                    (benchmarks/README.md).
 * ``vllm-http``     ``vllm serve`` (via benchmarks/vllm_serve_launcher.py), ``POST
                     /v1/completions`` with ``stream=true`` and ``return_token_ids``, aiohttp.
 * ``vllm-grpc``     ``vllm serve --grpc`` (vLLM's launcher for smg-grpc-servicer, installed
                     ``--no-deps`` into ``--smg-dir`` and put on that server's PYTHONPATH only, so
                     the project's torch and vllm stay as they are), streaming ``Generate``,
                     blocking stub, one thread per stream. It returns token ids only, no text.
+                    With ``raw`` among ``--clients`` also measured with ``RawStreamGen``
+                    (row ``vllm-grpc-raw``).
 
 Only one engine runs at a time: each peer is started, warmed up, measured, stopped. A measurement
 at concurrency N is a closed loop: N workers each send requests back to back (same prompts for
@@ -31,8 +37,10 @@ Every request asks for exactly ``--max-tokens`` tokens (ignore_eos, temperature 
 Each configuration is repeated ``--reps`` times per round; ``--rounds`` starts every peer again
 (order reversed every other round). The table gives per row: medians over all repetitions, TTFT
 percentiles over all requests, the ratios to inproc / vllm-http / vllm-grpc, the 1-minute load
-average before and after, the CPU cores used by the client, the server's front-end process and
-its engine processes, and the CPU seconds of every process of the server's tree.
+average before and after, the load generator's CPU seconds (user + system of its process: this
+script's for the Python clients, the JVM's for the Java ones) in all and per 1,000 generated
+tokens, the CPU cores used by the client, the server's front-end process and its engine
+processes, and the CPU seconds of every process of the server's tree.
 
 Not a test. Run by hand on a quiet machine (the full default run takes 20-40 minutes on 2 cores,
 most of it server start-up):
@@ -357,6 +365,159 @@ class XinserveAio:
         pass
 
 
+JAVA_JAR = ROOT / "benchmarks" / "java_client" / "target" / "java-client-bench.jar"
+
+
+def protoset(*files: Any) -> bytes:
+    """A serialized ``FileDescriptorSet`` of the given protobuf ``FileDescriptor`` objects and
+    everything they import, each file after its imports (what ``protoc --include_imports
+    --descriptor_set_out`` writes)."""
+    from google.protobuf import descriptor_pb2
+
+    out = descriptor_pb2.FileDescriptorSet()
+    seen: set[str] = set()
+
+    def add(fd: Any) -> None:
+        if fd.name in seen:
+            return
+        seen.add(fd.name)
+        for dep in fd.dependencies:
+            add(dep)
+        fd.CopyToProto(out.file.add())
+
+    for fd in files:
+        add(fd)
+    return out.SerializeToString()
+
+
+class _JavaClient:
+    """A load generator in a JVM (benchmarks/java_client), kept running for the whole peer and
+    driven over its stdin (``N TOTAL`` in, one JSON line out), so JVM start-up and JIT warm-up
+    fall into the warm-up round. Its client CPU is the JVM process's (``psutil``: user + system,
+    all threads). The jar is built by ``benchmarks/java_client/run.sh`` or by hand (see
+    benchmarks/README.md)."""
+
+    name = ""
+
+    def __init__(self, main_class: str, main_args: list[str], args: argparse.Namespace) -> None:
+        import psutil
+
+        if not JAVA_JAR.is_file():
+            raise FileNotFoundError(f"{JAVA_JAR} is missing: build it (see benchmarks/README.md)")
+        cmd = [args.java, *args.java_opts.split(), "-cp", str(JAVA_JAR), f"io.xinserve.bench.{main_class}", *main_args]
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
+        self.ps = psutil.Process(self.proc.pid)
+        assert self.proc.stdout is not None
+        ready = self.proc.stdout.readline().strip()
+        if ready != "READY":
+            raise RuntimeError(f"java load generator did not start (exit {self.proc.poll()}): {ready!r}")
+
+    def cpu_s(self) -> float:
+        """CPU seconds (user + system, all threads) the JVM has used so far."""
+        t = self.ps.cpu_times()
+        return t.user + t.system
+
+    def run(self, n: int, total: int) -> tuple[int, list[float], list[str]]:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(f"{n} {total}\n")
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"java load generator exited ({self.proc.wait(10)})")
+        d = json.loads(line)
+        return int(d["tokens"]), [float(t) for t in d["ttft_s"]], list(d["errors"])
+
+    def close(self) -> None:
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()
+        try:
+            self.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(10)
+
+
+def _tmpfile(data: str | bytes, suffix: str) -> str:
+    mode = "wb" if isinstance(data, bytes) else "w"
+    with tempfile.NamedTemporaryFile(mode, suffix=suffix, delete=False) as f:
+        f.write(data)
+    return f.name
+
+
+class XinserveJava(_JavaClient):
+    """``InferenceService.GenerateStream`` through the Java SDK (``LoadGen``: ``XinserveClient``,
+    one channel, one thread per stream, its ``ResponseStream``): what a Java user gets."""
+
+    name = "xinserve-java"
+
+    def __init__(self, target: str, args: argparse.Namespace) -> None:
+        self._files = [_tmpfile("\n".join(prompts()) + "\n", ".txt")]
+        main_args = [f"dns:///{target}", MODEL_NAME, self._files[0], str(args.max_tokens), str(args.seed)]
+        super().__init__("LoadGen", main_args, args)
+
+    def close(self) -> None:
+        super().close()
+        for f in self._files:
+            os.unlink(f)
+
+
+class _RawJava(_JavaClient):
+    """A server-streaming method through plain grpc-java (``RawStreamGen``: one channel,
+    ``ClientCalls.blockingServerStreamingCall``, ``DynamicMessage`` from a protoset), the same
+    client code for every server it is pointed at: ``method`` is ``package.Service/Method``,
+    ``requests`` one request per prompt, ``tokens_path`` the response's counted repeated field,
+    ``unique`` a request field given a fresh value per call (or ``-``)."""
+
+    def __init__(
+        self, target: str, args: argparse.Namespace, fds: list[Any], method: str, requests: list[Any],
+        tokens_path: str, unique: str,
+    ) -> None:  # fmt: skip
+        import base64
+
+        lines = "\n".join(base64.b64encode(r.SerializeToString()).decode("ascii") for r in requests) + "\n"
+        self._files = [_tmpfile(protoset(*fds), ".protoset"), _tmpfile(lines, ".b64")]
+        main_args = [target, self._files[0], method, self._files[1], tokens_path, unique, str(args.max_tokens)]
+        super().__init__("RawStreamGen", main_args, args)
+
+    def close(self) -> None:
+        super().close()
+        for f in self._files:
+            os.unlink(f)
+
+
+class XinserveRaw(_RawJava):
+    """``InferenceService.GenerateStream`` through plain grpc-java (``RawStreamGen``), as
+    ``VllmGrpcRaw`` calls vLLM's server: the like-for-like client of the two gRPC servers.
+    xinserve's messages carry the detokenized text beside the token ids."""
+
+    name = "xinserve-raw"
+
+    def __init__(self, target: str, args: argparse.Namespace) -> None:
+        from xinserve.v1 import inference_pb2, sampling_pb2
+
+        sp = sampling_pb2.SamplingParams(max_tokens=args.max_tokens, temperature=0.0, ignore_eos=True, seed=args.seed)
+        reqs = [inference_pb2.GenerateRequest(model=MODEL_NAME, prompt=p, sampling_params=sp) for p in prompts()]
+        service = inference_pb2.DESCRIPTOR.services_by_name["InferenceService"].full_name
+        super().__init__(target, args, [inference_pb2.DESCRIPTOR], f"{service}/GenerateStream", reqs, "token_ids", "-")
+
+
+class VllmGrpcRaw(_RawJava):
+    """vLLM's ``VllmEngine.Generate`` (``vllm serve --grpc``) through plain grpc-java
+    (``RawStreamGen``), each call with a fresh ``request_id``; its chunks carry token ids only."""
+
+    name = "vllm-grpc-raw"
+
+    def __init__(self, target: str, args: argparse.Namespace) -> None:
+        sys.path.insert(0, str(args.smg_dir))
+        from smg_grpc_proto import vllm_engine_pb2
+
+        pb = vllm_engine_pb2
+        sp = pb.SamplingParams(temperature=0.0, max_tokens=args.max_tokens, ignore_eos=True, seed=args.seed)
+        reqs = [pb.GenerateRequest(request_id="bench", text=p, stream=True, sampling_params=sp) for p in prompts()]
+        service = pb.DESCRIPTOR.services_by_name["VllmEngine"].full_name
+        super().__init__(target, args, [pb.DESCRIPTOR], f"{service}/Generate", reqs, "chunk.token_ids", "request_id")
+
+
 class _StreamingCompletions:
     """Streaming ``POST /v1/completions`` over aiohttp, one session, closed loop. A peer says
     what its request body adds (``extra``) and how an event's tokens are counted (``account``)."""
@@ -513,11 +674,13 @@ def measure(client, tree: TreeCpu | None, peer: str, rnd: int, args: argparse.Na
             total = total_requests(n, args)
             la0 = os.getloadavg()
             before = tree.sample() if tree else {}
-            c0 = time.process_time()
+            # the load generator's CPU: a client in another process (Java) says its own
+            client_cpu = getattr(client, "cpu_s", time.process_time)
+            c0 = client_cpu()
             t0 = time.perf_counter()
             tokens, ttfts, errors = client.run(n, total)
             wall = time.perf_counter() - t0
-            c1 = time.process_time()
+            c1 = client_cpu()
             fe = eng = None
             procs: dict[str, float] = {}
             if tree:
@@ -897,7 +1060,7 @@ def run_inproc(args: argparse.Namespace, rnd: int, logdir: Path, log) -> list[Ru
 # report
 
 
-BASELINES = ("inproc", "vllm-http", "vllm-grpc")
+BASELINES = ("inproc", "vllm-http", "vllm-grpc", "vllm-grpc-raw")
 """The peers every other row is divided by: the in-process ceiling, and the two servers a
 user would pick instead of xinserve."""
 
@@ -913,6 +1076,7 @@ def summarize(runs: list[Run], concurrency: list[int]) -> dict[str, Any]:
                 continue
             ttft = [t for r in rs for t in r.ttft_s]
             walls = sum(r.wall_s for r in rs)
+            tokens = sum(r.tokens for r in rs)
             procs: dict[str, float] = {}
             for r in rs:
                 for k, v in r.procs_cpu_s.items():
@@ -925,6 +1089,11 @@ def summarize(runs: list[Run], concurrency: list[int]) -> dict[str, Any]:
                 "ttft_p50_ms": 1000 * pct(ttft, 0.5),
                 "ttft_p99_ms": 1000 * pct(ttft, 0.99),
                 "client_cpu_cores": sum(r.client_cpu_s for r in rs) / walls,
+                # CPU seconds of the load generator's process per 1,000 generated tokens
+                "client_cpu_s": round(sum(r.client_cpu_s for r in rs), 3),
+                "client_cpu_s_per_1k_tokens": (
+                    1000 * sum(r.client_cpu_s for r in rs) / tokens if tokens else float("nan")
+                ),
                 "frontend_cpu_cores": (
                     sum(r.frontend_cpu_s or 0 for r in rs) / walls if rs[0].frontend_cpu_s is not None else None
                 ),
@@ -952,10 +1121,13 @@ def print_table(table: dict[str, Any]) -> None:
 
     print()
     print(
-        "| N | peer | tok/s median (min-max) | TTFT p50 ms | TTFT p99 ms | ÷ inproc | ÷ vllm-http | ÷ vllm-grpc "
-        "| load1 before/after | CPU cores client / front end / engine | CPU s per server process | runs |"
+        "| N | peer | tok/s median (min-max) | TTFT p50 ms | TTFT p99 ms | "
+        + " | ".join(f"÷ {b}" for b in BASELINES)
+        + " "
+        "| client CPU s (per 1k tokens) | load1 before/after | CPU cores client / front end / engine "
+        "| CPU s per server process | runs |"
     )
-    print("|---|---|---:|---:|---:|---:|---:|---:|---|---|---|---:|")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---|---:|")
     for n, row in table.items():
         for p, s in row.items():
             if "/" in p:
@@ -965,13 +1137,20 @@ def print_table(table: dict[str, Any]) -> None:
             print(
                 f"| {n} | {p} | {s['tok_s_median']:.0f} ({s['tok_s_min']:.0f}-{s['tok_s_max']:.0f}) "
                 f"| {s['ttft_p50_ms']:.1f} | {s['ttft_p99_ms']:.1f} | {ratios} "
+                f"| {s['client_cpu_s']:.2f} ({s['client_cpu_s_per_1k_tokens']:.3f}) "
                 f"| {s['loadavg1_median']:.1f}/{s['loadavg1_after_median']:.1f} "
                 f"| {cores(s['client_cpu_cores'])} / {cores(s['frontend_cpu_cores'])} / {cores(s['engine_cpu_cores'])} "
                 f"| {procs or '-'} | {s['runs']}{' ERR' + str(s['errors']) if s['errors'] else ''} |"
             )
 
 
-XINSERVE_CLIENTS = {"sync": XinserveSync, "aio": XinserveAio, "openai": XinserveOpenAI}
+XINSERVE_CLIENTS = {
+    "sync": XinserveSync,
+    "aio": XinserveAio,
+    "java": XinserveJava,
+    "raw": XinserveRaw,
+    "openai": XinserveOpenAI,
+}
 PEERS = ("inproc", "xinserve-tiny", "xinserve", "vllm-http", "vllm-grpc")
 
 
@@ -1016,11 +1195,16 @@ def run_peer(
         print(f"vllm serve --grpc SERVING on {target} after {time.monotonic() - t0:.0f} s", flush=True)
         try:
             tree = TreeCpu(server.proc.pid, "vllm_serve_launcher")
-            grpc_client = VllmGrpc(target, args)
-            try:
-                return measure(grpc_client, tree, grpc_client.name, rnd, args, log)
-            finally:
-                grpc_client.close()
+            runs = []
+            # the Python client always (the user-facing row), the same grpc-java client as
+            # xinserve's ``raw`` rows when that client is asked for
+            for make in (VllmGrpc, VllmGrpcRaw) if "raw" in clients else (VllmGrpc,):
+                grpc_client = make(target, args)
+                try:
+                    runs += measure(grpc_client, tree, grpc_client.name, rnd, args, log)
+                finally:
+                    grpc_client.close()
+            return runs
         finally:
             server.stop()
     raise ValueError(f"unknown peer {peer!r}")
@@ -1039,7 +1223,15 @@ def main() -> int:
     ap.add_argument(
         "--clients",
         default="sync,openai",
-        help="xinserve clients: sync (blocking grpc, threads), aio (grpc.aio), openai (its HTTP front end, aiohttp)",
+        help="xinserve clients: sync (blocking grpc, threads), aio (grpc.aio), java (grpc-java, the Java SDK, "
+        "threads: benchmarks/java_client's LoadGen), raw (plain grpc-java, RawStreamGen: the same client for "
+        "vllm-grpc too, which then also gets a vllm-grpc-raw row), openai (its HTTP front end, aiohttp)",
+    )
+    ap.add_argument("--java", default="java", help="the JVM that runs the java client")
+    ap.add_argument(
+        "--java-opts",
+        default="-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
+        help="JVM options of the java client (default: C1 only, serial GC: least JIT CPU on few cores)",
     )
     ap.add_argument(
         "--smg-dir",
@@ -1087,7 +1279,8 @@ def main() -> int:
         print(
             f"[{time.strftime('%H:%M:%S')}] round {run.round} {run.peer:13s} N={run.concurrency:<3d} rep {run.rep} "
             f"{run.tok_s:8.0f} tok/s  TTFT p50 {1000 * pct(run.ttft_s, 0.5):7.1f} ms p99 "
-            f"{1000 * pct(run.ttft_s, 0.99):7.1f} ms  client CPU {run.client_cpu_s / run.wall_s:4.2f}  "
+            f"{1000 * pct(run.ttft_s, 0.99):7.1f} ms  client CPU {run.client_cpu_s / run.wall_s:4.2f} cores "
+            f"{1000 * run.client_cpu_s / max(run.tokens, 1):.3f} s/1k tok  "
             f"load {run.loadavg_before[0]:.1f}" + (f"  ERRORS {run.errors[:2]}" if run.errors else ""),
             flush=True,
         )
