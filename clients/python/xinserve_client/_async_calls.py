@@ -364,7 +364,7 @@ class _AsyncCalls(_ClientBase):
     async def list_models(
         self, *, timeout: Timeout = DEFAULT, metadata: Sequence[tuple[str, str]] | None = None
     ) -> list[model_pb2.Model]:
-        """All configured models, served or not (``ListModels``).
+        """The configured models the caller's roles grant, served or not (``ListModels``).
 
         Returns:
             A list of ``xinserve.v1.Model`` (name, kind, state, verification_status, ...).
@@ -382,6 +382,8 @@ class _AsyncCalls(_ClientBase):
             The ``xinserve.v1.Model``.
 
         Raises:
+            PermissionDeniedError: no role of the caller grants the model, whether or not it
+                exists (UnauthenticatedError when anonymous).
             NotFoundError: no such model.
         """
         kwargs, rid = self._call_args(timeout=timeout, control=True, metadata=metadata)

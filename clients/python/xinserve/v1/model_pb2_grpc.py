@@ -52,14 +52,15 @@ class ModelServiceServicer:
     """
 
     def ListModels(self, request, context):
-        """All configured models, served or not.
+        """The configured models the caller's roles grant (their `models` patterns), served or not.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def GetModel(self, request, context):
-        """One model by served name; NOT_FOUND if unknown.
+        """One model by served name; PERMISSION_DENIED (UNAUTHENTICATED when anonymous) if no role of
+        the caller grants it, whether or not it exists; NOT_FOUND if unknown.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

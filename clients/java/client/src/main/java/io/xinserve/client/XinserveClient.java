@@ -518,7 +518,7 @@ public final class XinserveClient implements AutoCloseable {
 
   // ---------------------------------------------------------------- models and server
 
-  /** @return every model the server knows, served or not */
+  /** @return every model the caller's roles grant, served or not */
   public List<Model> listModels() {
     return calls.blocking(ModelServiceGrpc.getListModelsMethod(), ListModelsRequest.getDefaultInstance(), "")
         .getModelsList();
