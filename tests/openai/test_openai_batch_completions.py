@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import uuid
 
 import httpx
 import openai
@@ -16,6 +17,7 @@ from audit import QueryFilter
 from audit.records import decode_record
 from tests.conftest import TINY
 from tests.openai.conftest import extra_http
+from xinserve.v1 import server_pb2
 
 pytestmark = pytest.mark.asyncio(loop_scope="session")
 
@@ -115,3 +117,42 @@ async def test_every_prompt_of_a_batch_takes_an_admission_slot(live_server):
                 break
             await asyncio.sleep(0.05)
         assert (runtime.admission.in_flight, dict(runtime.active_requests)) == (0, {})
+
+
+async def test_an_abandoned_streamed_batch_aborts_every_prompt(http_server, api, live_server):
+    async def running() -> int:
+        return (await api.server.GetLoad(server_pb2.GetLoadRequest(model=TINY))).running
+
+    body = {
+        "model": TINY,
+        "prompt": ["go on and on", "and on and on"],
+        "max_tokens": 2000,
+        "ignore_eos": True,
+        "temperature": 0,
+        "stream": True,
+    }
+    since = int(time.time() * 1000) - 1000
+    request_id = f"batch-abandon-{uuid.uuid4().hex[:12]}"
+    async with httpx.AsyncClient(timeout=300) as http:
+        async with http.stream(
+            "POST", f"{http_server.base_url}/completions", json=body, headers={"x-request-id": request_id}
+        ) as response:
+            assert response.status_code == 200
+            async for line in response.aiter_lines():
+                if line.startswith("data: "):
+                    break
+    for _ in range(1200):
+        if await running() == 0 and live_server.runtime.admission.in_flight == 0:
+            break
+        await asyncio.sleep(0.05)
+    assert (await running(), live_server.runtime.admission.in_flight) == (0, 0)
+    wanted = {f"{request_id}-0", f"{request_id}-1"}
+    for _ in range(600):
+        rows = await live_server.runtime.audit.log.query(QueryFilter(since_ms=since))
+        ends = [r for r in (decode_record(row.body)[2] for row in rows) if r.request_id in wanted and r.event == "rpc"]
+        if len(ends) == 2:
+            break
+        await asyncio.sleep(0.1)
+    assert sorted(r.request_id for r in ends) == sorted(wanted)
+    assert {r.outcome for r in ends} == {"CANCELLED"}
+    assert all((r.output_tokens or 0) < 2000 for r in ends)
