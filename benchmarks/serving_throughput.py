@@ -518,6 +518,49 @@ class VllmGrpcRaw(_RawJava):
         super().__init__(target, args, [pb.DESCRIPTOR], f"{service}/Generate", reqs, "chunk.token_ids", "request_id")
 
 
+class _JavaHttp(_JavaClient):
+    """Streaming ``POST /v1/completions`` from a JVM (``HttpStreamGen``: ``java.net.http``,
+    HTTP/1.1, one thread per stream), the same client code for every OpenAI-compatible server:
+    the same bodies as the aiohttp clients, with ``stream_options.include_usage`` (tokens
+    counted from the usage event, the first token is the first event with text)."""
+
+    def __init__(self, base_url: str, args: argparse.Namespace) -> None:
+        bodies = [
+            json.dumps(
+                {
+                    "model": MODEL_NAME,
+                    "prompt": p,
+                    "max_tokens": args.max_tokens,
+                    "temperature": 0.0,
+                    "ignore_eos": True,
+                    "seed": args.seed,
+                    "stream": True,
+                    "stream_options": {"include_usage": True},
+                }
+            )
+            for p in prompts()
+        ]
+        self._files = [_tmpfile("\n".join(bodies) + "\n", ".jsonl")]
+        super().__init__("HttpStreamGen", [base_url + "/v1/completions", self._files[0], str(args.max_tokens)], args)
+
+    def close(self) -> None:
+        super().close()
+        for f in self._files:
+            os.unlink(f)
+
+
+class XinserveJavaHttp(_JavaHttp):
+    """xinserve's OpenAI front end through ``HttpStreamGen`` (rows ``<peer>-javahttp``)."""
+
+    name = "xinserve-javahttp"
+
+
+class VllmHttpJava(_JavaHttp):
+    """``vllm serve``'s OpenAI server through ``HttpStreamGen`` (row ``vllm-http-java``)."""
+
+    name = "vllm-http-java"
+
+
 class _StreamingCompletions:
     """Streaming ``POST /v1/completions`` over aiohttp, one session, closed loop. A peer says
     what its request body adds (``extra``) and how an event's tokens are counted (``account``)."""
@@ -1060,7 +1103,7 @@ def run_inproc(args: argparse.Namespace, rnd: int, logdir: Path, log) -> list[Ru
 # report
 
 
-BASELINES = ("inproc", "vllm-http", "vllm-grpc", "vllm-grpc-raw")
+BASELINES = ("inproc", "vllm-http", "vllm-grpc", "vllm-grpc-raw", "vllm-http-java")
 """The peers every other row is divided by: the in-process ceiling, and the two servers a
 user would pick instead of xinserve."""
 
@@ -1127,7 +1170,7 @@ def print_table(table: dict[str, Any]) -> None:
         "| client CPU s (per 1k tokens) | load1 before/after | CPU cores client / front end / engine "
         "| CPU s per server process | runs |"
     )
-    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---|---:|")
+    print("|---|---|---:|---:|---:|" + "---:|" * len(BASELINES) + "---:|---|---|---|---:|")
     for n, row in table.items():
         for p, s in row.items():
             if "/" in p:
@@ -1150,6 +1193,7 @@ XINSERVE_CLIENTS = {
     "java": XinserveJava,
     "raw": XinserveRaw,
     "openai": XinserveOpenAI,
+    "javahttp": XinserveJavaHttp,
 }
 PEERS = ("inproc", "xinserve-tiny", "xinserve", "vllm-http", "vllm-grpc")
 
@@ -1165,14 +1209,14 @@ def run_peer(
         return run_inproc(args, rnd, logdir, log)
     if peer in ("xinserve", "xinserve-tiny"):
         minilm = peer == "xinserve" and not args.no_minilm
-        http_port = free_port() if "openai" in clients else None
+        http_port = free_port() if {"openai", "javahttp"} & set(clients) else None
         server, target = start_xinserve(args.data_dir, logdir, args.start_timeout, minilm, http_port)
         print(f"{peer} SERVING on {target} after {time.monotonic() - t0:.0f} s", flush=True)
         runs: list[Run] = []
         try:
             tree = TreeCpu(server.proc.pid, "xinserve serve")
             for kind in clients:
-                where = f"http://127.0.0.1:{http_port}" if kind == "openai" else target
+                where = f"http://127.0.0.1:{http_port}" if kind in ("openai", "javahttp") else target
                 client = XINSERVE_CLIENTS[kind](where, args)
                 try:
                     runs += measure(client, tree, f"{peer}-{kind}", rnd, args, log)
@@ -1186,8 +1230,15 @@ def run_peer(
         print(f"vllm serve healthy on {base} after {time.monotonic() - t0:.0f} s", flush=True)
         try:
             tree = TreeCpu(server.proc.pid, "vllm_serve_launcher")
-            client = VllmHttp(base, args)
-            return measure(client, tree, client.name, rnd, args, log)
+            runs = []
+            # the aiohttp client always, the same JVM client as xinserve's ``javahttp`` rows when asked
+            for make in (VllmHttp, VllmHttpJava) if "javahttp" in clients else (VllmHttp,):
+                client = make(base, args)
+                try:
+                    runs += measure(client, tree, client.name, rnd, args, log)
+                finally:
+                    client.close()
+            return runs
         finally:
             server.stop()
     if peer == "vllm-grpc":
@@ -1225,7 +1276,8 @@ def main() -> int:
         default="sync,openai",
         help="xinserve clients: sync (blocking grpc, threads), aio (grpc.aio), java (grpc-java, the Java SDK, "
         "threads: benchmarks/java_client's LoadGen), raw (plain grpc-java, RawStreamGen: the same client for "
-        "vllm-grpc too, which then also gets a vllm-grpc-raw row), openai (its HTTP front end, aiohttp)",
+        "vllm-grpc too, which then also gets a vllm-grpc-raw row), javahttp (java.net.http against the OpenAI front "
+        "end, HttpStreamGen; vllm-http then also gets a vllm-http-java row), openai (its HTTP front end, aiohttp)",
     )
     ap.add_argument("--java", default="java", help="the JVM that runs the java client")
     ap.add_argument(
