@@ -13,8 +13,10 @@ import contextlib
 import dataclasses
 import importlib.metadata
 import inspect
+import multiprocessing
 import re
 import threading
+import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -59,6 +61,7 @@ _FLAT_LOGPROBS = "flat_logprobs" in (getattr(SamplingParams, "__struct_fields__"
 
 __all__ = [
     "COMPLETIONS_MAX_TOKENS",
+    "ENGINE_STOP_GRACE_S",
     "AsyncLLM",
     "EngineDeadError",
     "EngineGenerateError",
@@ -78,6 +81,7 @@ __all__ = [
     "model_sampling_defaults",
     "release_engine_metrics",
     "render_token_prompt",
+    "start_engine",
     "yield_between_engine_steps",
 ]
 
@@ -233,6 +237,60 @@ def build_engine(
         llm = AsyncLLM.from_engine_args(args, stat_loggers=[stat_logger, _SharedPrometheusStatLogger])
     yield_between_engine_steps(llm.engine_core)
     return llm
+
+
+ENGINE_STOP_GRACE_S = 5.0
+"""Seconds an engine-core process being started gets after SIGTERM before SIGKILL (``start_engine``)."""
+
+_BUILT_ENGINES: weakref.WeakSet[AsyncLLM] = weakref.WeakSet()
+
+
+async def start_engine(
+    model: str, served_name: str, kind: str, options: Mapping[str, Any], stat_logger: Callable[..., Any]
+) -> AsyncLLM:
+    """``build_engine`` in a worker thread (the event loop stays free).
+
+    Cancelled while the engine builds, it stops that engine before it re-raises: every
+    engine-core process started since the call (``multiprocessing.active_children()``, named
+    ``EngineCore`` or ``EngineCore_DP<n>`` by vLLM's ``CoreEngineProcManager``) and not owned
+    by an engine already built gets SIGTERM, then SIGKILL after ``ENGINE_STOP_GRACE_S``
+    seconds (vLLM's engine core honours SIGTERM only once its construction ends; its workers
+    exit with it through vLLM's death pipe). vLLM's start-up handshake then fails and the
+    worker thread ends. An engine that finished building meanwhile is shut down
+    (``AsyncLLM.shutdown``).
+
+    Raises:
+        Exception: as ``build_engine``.
+        asyncio.CancelledError: cancelled, once the engine being started is gone.
+    """
+    before = {p.pid for p in multiprocessing.active_children()}
+    build = asyncio.ensure_future(asyncio.to_thread(build_engine, model, served_name, kind, options, stat_logger))
+    try:
+        llm = await asyncio.shield(build)
+    except asyncio.CancelledError:
+        await _stop_engine_build(build, before)
+        raise
+    _BUILT_ENGINES.add(llm)
+    return llm
+
+
+async def _stop_engine_build(build: asyncio.Future[AsyncLLM], before: set[int | None]) -> None:
+    loop = asyncio.get_running_loop()
+    signalled: dict[int, float] = {}
+    while not build.done():
+        owned = {pid for llm in list(_BUILT_ENGINES) for pid in engine_process_ids(llm)}
+        for proc in multiprocessing.active_children():
+            pid = proc.pid
+            if pid is None or pid in before or pid in owned or not proc.name.startswith("EngineCore"):
+                continue
+            if pid not in signalled:
+                signalled[pid] = loop.time()
+                proc.terminate()
+            elif loop.time() - signalled[pid] >= ENGINE_STOP_GRACE_S:
+                proc.kill()
+        await asyncio.wait({build}, timeout=0.25)
+    if not build.cancelled() and build.exception() is None:
+        await asyncio.to_thread(build.result().shutdown)
 
 
 def yield_between_engine_steps(engine_core: Any) -> None:

@@ -126,16 +126,18 @@ class VllmEngine:
         return self._info
 
     async def start(self) -> None:
-        """Load the model (30 s or more: runs in a worker thread, the event loop stays free)."""
+        """Load the model (30 s or more: runs in a worker thread, the event loop stays free).
+
+        Cancelled, it stops the engine being started before it re-raises: SIGTERM to its
+        engine-core process, SIGKILL after ``vllm_compat.ENGINE_STOP_GRACE_S`` seconds
+        (``vllm_compat.start_engine``)."""
 
         def factory(vllm_config: Any, engine_index: int = 0) -> _LoadRecorder:
             self._recorder = _LoadRecorder(vllm_config, engine_index)
             return self._recorder
 
         try:
-            llm = await asyncio.to_thread(
-                vc.build_engine, str(self._path), self._name, self._kind, self._options, factory
-            )
+            llm = await vc.start_engine(str(self._path), self._name, self._kind, self._options, factory)
         except Exception as exc:
             why = vc.explain_engine_error(exc, self._options)
             log.error("engine for model %s failed to start: %s", self._name, why or type(exc).__name__)
