@@ -16,12 +16,16 @@ everywhere. Peers (``--peers``, in this order by default):
                     stream), ``aio`` (grpc.aio, one event loop), ``java`` (the Java SDK in a
                     JVM: benchmarks/java_client's ``LoadGen``), ``raw`` (plain grpc-java with
                     messages from a protoset: ``RawStreamGen``, the same client code that the
-                    ``vllm-grpc-raw`` row points at vLLM's server) and ``openai`` (xinserve's
-                    OpenAI front end, streaming ``POST /v1/completions``, aiohttp); rows are
+                    ``vllm-grpc-raw`` row points at vLLM's server), ``javahttp``
+                    (``java.net.http`` against the OpenAI front end: ``HttpStreamGen``, also the
+                    ``vllm-http-java`` row) and ``openai`` (xinserve's OpenAI front end,
+                    streaming ``POST /v1/completions``, aiohttp); rows are
                     labelled ``<peer>-<client>``. The Java clients need the jar built first
                     (benchmarks/README.md).
 * ``vllm-http``     ``vllm serve`` (via benchmarks/vllm_serve_launcher.py), ``POST
-                    /v1/completions`` with ``stream=true`` and ``return_token_ids``, aiohttp.
+                    /v1/completions`` with ``stream=true`` and ``return_token_ids``, aiohttp;
+                    with ``javahttp`` among ``--clients`` also ``HttpStreamGen``
+                    (row ``vllm-http-java``).
 * ``vllm-grpc``     ``vllm serve --grpc`` (vLLM's launcher for smg-grpc-servicer, installed
                     ``--no-deps`` into ``--smg-dir`` and put on that server's PYTHONPATH only, so
                     the project's torch and vllm stay as they are), streaming ``Generate``,
@@ -36,11 +40,11 @@ generated tokens / wall time, TTFT is from sending the request to receiving the 
 Every request asks for exactly ``--max-tokens`` tokens (ignore_eos, temperature 0; checked).
 Each configuration is repeated ``--reps`` times per round; ``--rounds`` starts every peer again
 (order reversed every other round). The table gives per row: medians over all repetitions, TTFT
-percentiles over all requests, the ratios to inproc / vllm-http / vllm-grpc, the 1-minute load
-average before and after, the load generator's CPU seconds (user + system of its process: this
-script's for the Python clients, the JVM's for the Java ones) in all and per 1,000 generated
-tokens, the CPU cores used by the client, the server's front-end process and its engine
-processes, and the CPU seconds of every process of the server's tree.
+percentiles over all requests, the ratios to inproc / vllm-http / vllm-grpc / vllm-grpc-raw /
+vllm-http-java, the 1-minute load average before and after, the load generator's CPU seconds
+(user + system of its process: this script's for the Python clients, the JVM's for the Java
+ones) in all and per 1,000 generated tokens, the CPU cores used by the client, the server's
+front-end process and its engine processes, and the CPU seconds of every process of the server's tree.
 
 Not a test. Run by hand on a quiet machine (the full default run takes 20-40 minutes on 2 cores,
 most of it server start-up):
