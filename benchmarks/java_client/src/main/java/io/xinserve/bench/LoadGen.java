@@ -11,6 +11,7 @@ import java.io.InputStreamReader;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Path;
+import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Locale;
@@ -25,7 +26,8 @@ import java.util.concurrent.atomic.AtomicLong;
  * PROMPTS_FILE MAX_TOKENS SEED}. PROMPTS_FILE holds one prompt per line (UTF-8); request {@code i}
  * uses prompt {@code i % count}. Every request is greedy ({@code temperature} 0), {@code
  * ignore_eos}, exactly MAX_TOKENS tokens (a stream with another count is an error). One channel
- * (the SDK's {@code XinserveClient}, plaintext, no retries) serves every request.
+ * (the SDK's {@code XinserveClient}, plaintext, no retries, a 600 s stream deadline) serves
+ * every request.
  *
  * <p>Protocol: prints {@code READY} once connected; then for each stdin line {@code N TOTAL} runs
  * TOTAL requests over N threads, each sending its next request when the previous stream ended,
@@ -54,7 +56,7 @@ public final class LoadGen {
           .setModel(model).setPrompt(p).setSamplingParams(params).build());
     }
     try (XinserveClient client = XinserveClient.builder().target(target).plaintext()
-            .retryPolicy(RetryPolicy.none()).build();
+            .retryPolicy(RetryPolicy.none()).streamDeadline(Duration.ofSeconds(600)).build();
         BufferedReader in = new BufferedReader(
             new InputStreamReader(System.in, StandardCharsets.UTF_8))) {
       System.out.println("READY");

@@ -34,9 +34,9 @@ import java.util.concurrent.atomic.AtomicLong;
 /**
  * Closed-loop load generator for any server-streaming gRPC method, with messages described by a
  * protoset: the same grpc-java code ({@code ClientCalls.blockingServerStreamingCall}, one plaintext
- * channel, {@code DynamicMessage}) against xinserve's {@code InferenceService.GenerateStream} and
- * vLLM's {@code VllmEngine.Generate}, driven over stdin by benchmarks/serving_throughput.py (its
- * {@code raw} client rows).
+ * channel, {@code DynamicMessage}, a 600 s deadline per call) against xinserve's {@code
+ * InferenceService.GenerateStream} and vLLM's {@code VllmEngine.Generate}, driven over stdin by
+ * benchmarks/serving_throughput.py (its {@code raw} client rows).
  *
  * <p>Usage: {@code java -cp java-client-bench.jar io.xinserve.bench.RawStreamGen TARGET PROTOSET
  * METHOD REQUESTS_FILE TOKENS_PATH UNIQUE_FIELD MAX_TOKENS}. PROTOSET is a serialized {@code
@@ -129,7 +129,8 @@ public final class RawStreamGen {
             r = r.toBuilder().setField(unique, "bench-" + seq.getAndIncrement()).build();
           }
           Iterator<DynamicMessage> it =
-              ClientCalls.blockingServerStreamingCall(channel, call, CallOptions.DEFAULT, r);
+              ClientCalls.blockingServerStreamingCall(
+                  channel, call, CallOptions.DEFAULT.withDeadlineAfter(600, TimeUnit.SECONDS), r);
           return new Iterator<Integer>() {
             @Override
             public boolean hasNext() {
