@@ -16,7 +16,7 @@ import grpc
 
 from service.core.reasons import Reason
 from service.core.status import RpcError
-from service.frontends.openai.mapping import openai_param
+from service.frontends.openai.request_mapping import openai_param
 
 # gRPC status → (HTTP status, OpenAI error type); AIP-193's HTTP mapping of gRPC codes.
 _HTTP: dict[grpc.StatusCode, tuple[int, str]] = {

@@ -26,48 +26,44 @@ running its call, which aborts the engine request at once.
 from __future__ import annotations
 
 import asyncio
-import codecs
 import contextlib
 import dataclasses
-import json
-import math
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from email.message import Message
-from email.utils import collapse_rfc2231_value
 from typing import Any, TypeVar
 
 import grpc
 from grpc_health.v1 import health_pb2
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
-from starlette.requests import ClientDisconnect, Request
+from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
-from starlette.types import Receive, Scope, Send
 
 from service.access.login_throttle import peer_host
-from service.core.body_reception import receive_body
 from service.core.call_context import CallRecord
 from service.core.reasons import Reason
 from service.core.status import FieldViolation, RpcError, invalid_argument
+from service.frontends.openai.body import parse_json, read_body
 from service.frontends.openai.connections import response_request_id
 from service.frontends.openai.errors import http_error
-from service.frontends.openai.mapping import (
+from service.frontends.openai.reply_mapping import (
     StreamChunks,
     add_usage,
-    chat_request,
     chat_response,
-    completion_requests,
     completion_response,
+    embedding_response,
+    merged_completions,
+    tokenize_response,
+)
+from service.frontends.openai.request_mapping import (
+    chat_request,
+    completion_requests,
     detokenize_request,
     embed_request,
     embed_token_inputs,
-    embedding_response,
     forced_tool,
-    merged_completions,
     tokenize_request,
-    tokenize_response,
 )
 from service.frontends.openai.responses import (
     ResponsesBody,
@@ -82,9 +78,9 @@ from service.frontends.openai.schemas import (
     DetokenizeBody,
     EmbeddingBody,
     TokenizeBody,
-    lone_surrogate,
     parse_body,
 )
+from service.frontends.openai.sse import EventStream, sse_data, sse_event, unless_disconnected
 from service.operations.inference import Inference
 from service.operations.model_visibility import visible_model, visible_models
 from service.pipeline.call_core import CallCore, Started, Transport
@@ -115,249 +111,10 @@ def _cancelled() -> grpc.StatusCode:
     return grpc.StatusCode.CANCELLED
 
 
-def _json_content_type(request: Request) -> None:
-    """Refuse a body not declared as JSON: its ``Content-Type`` must be ``application/json``
-    (any case, with or without parameters such as ``charset=utf-8``), as OpenAI's API and its
-    SDKs (which always send it) expect. The header is parsed as RFC 9110 section 8.3 defines
-    it, by the standard library's MIME header parser.
-
-    Raises:
-        RpcError: INVALID_ARGUMENT/UNSUPPORTED_MEDIA_TYPE (415) naming ``content-type``, or
-            naming ``content-encoding`` for a coding other than ``identity``
-            (``_identity_encoding``).
-    """
-    declared = request.headers.getlist("content-type")
-    if len(declared) == 1:
-        header = Message()
-        header["content-type"] = declared[0]
-        if "/" in declared[0] and header.get_content_type() == "application/json":
-            _utf8_charset(header.get_param("charset"))
-            _identity_encoding(request)
-            return
-    if not declared:
-        shown = "none"
-    elif len(declared) > 1:
-        shown = f"{len(declared)} headers"
-    else:
-        shown = repr(declared[0][:64])
-    raise invalid_argument(
-        [FieldViolation("content-type", f"must be application/json, got {shown}")], Reason.UNSUPPORTED_MEDIA_TYPE
-    )
-
-
-def _utf8_charset(charset: Any) -> None:
-    """Refuse a ``charset`` parameter naming anything but UTF-8: JSON text is UTF-8 (RFC
-    8259 section 8.1), and a body sent in another charset would be read as something else.
-
-    Raises:
-        RpcError: INVALID_ARGUMENT/UNSUPPORTED_MEDIA_TYPE (415) naming ``content-type``.
-    """
-    if charset is None:
-        return
-    name = collapse_rfc2231_value(charset)
-    try:
-        utf8 = codecs.lookup(name).name == "utf-8"
-    except LookupError:
-        utf8 = False
-    if not utf8:
-        raise invalid_argument(
-            [FieldViolation("content-type", f"charset must be utf-8 (JSON is UTF-8, RFC 8259), got {name[:32]!r}")],
-            Reason.UNSUPPORTED_MEDIA_TYPE,
-        )
-
-
-def _identity_encoding(request: Request) -> None:
-    """Refuse a body with a ``Content-Encoding`` (RFC 9110 section 8.4) other than ``identity``:
-    no coding is decoded here, so such a body would be read as JSON unchanged.
-
-    Raises:
-        RpcError: INVALID_ARGUMENT/UNSUPPORTED_MEDIA_TYPE (415) naming ``content-encoding``.
-    """
-    codings = [c.strip().lower() for v in request.headers.getlist("content-encoding") for c in v.split(",")]
-    unsupported = [c for c in codings if c and c != "identity"]
-    if unsupported:
-        raise invalid_argument(
-            [FieldViolation("content-encoding", f"only identity is supported, got {unsupported[0][:32]!r}")],
-            Reason.UNSUPPORTED_MEDIA_TYPE,
-        )
-
-
-class _NonFiniteNumber(Exception):
-    """A JSON body holds ``NaN``/``Infinity`` (which Python's parser accepts and JSON does not,
-    RFC 8259 section 6) or a number too large for a double (``1e400``)."""
-
-
-def _no_constant(name: str) -> Any:
-    raise _NonFiniteNumber(name)
-
-
-class _DuplicateKey(Exception):
-    """A JSON object in the body names one key twice (RFC 8259 section 4: names SHOULD be
-    unique); parsers differ on which value wins, so a gateway may read another request."""
-
-
-def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    """``json.loads``'s ``object_pairs_hook``: the object, or ``_DuplicateKey`` naming the key."""
-    obj: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in obj:
-            raise _DuplicateKey(key)
-        obj[key] = value
-    return obj
-
-
-def _finite_float(text: str) -> float:
-    value = float(text)
-    if not math.isfinite(value):
-        raise _NonFiniteNumber(text[:32])
-    return value
-
-
-async def _read_body(request: Request, limit: int, timeout_s: float, min_rate: int, grace_s: float) -> bytes:
-    """The request body's bytes, at most ``limit``, received in full within ``timeout_s``
-    seconds and at ``min_rate`` bytes per second after ``grace_s`` seconds
-    (``service.core.body_reception.receive_body``). Nothing is read from a body not declared as
-    JSON (its call is refused with 415).
-
-    Raises:
-        RpcError: RESOURCE_EXHAUSTED/REQUEST_TOO_LARGE (413), DEADLINE_EXCEEDED/REQUEST_TIMEOUT
-            or REQUEST_BODY_TOO_SLOW (408), or CANCELLED/CLIENT_DISCONNECTED (the client went
-            away while sending it).
-    """
-    try:
-        _json_content_type(request)
-    except RpcError:
-        return b""
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise RpcError(
-            grpc.StatusCode.RESOURCE_EXHAUSTED,
-            f"the request body exceeds {limit} bytes",
-            Reason.REQUEST_TOO_LARGE,
-            metadata={"limit_bytes": str(limit)},
-        )
-    try:
-        return await receive_body(request.stream(), limit, timeout_s, min_rate, grace_s)
-    except ClientDisconnect:
-        raise RpcError(
-            grpc.StatusCode.CANCELLED,
-            "the client disconnected while sending the request body",
-            Reason.CLIENT_DISCONNECTED,
-        ) from None
-
-
-def _parse_json(request: Request, body: bytes) -> Any:
-    """The request body as JSON, every string valid Unicode.
-
-    Raises:
-        RpcError: UNSUPPORTED_MEDIA_TYPE (415) when not declared as JSON, INVALID_ARGUMENT
-            (not JSON, or a string with a lone surrogate, named by its JSON path; NaN,
-            Infinity or a number too large for a double; an object naming a key twice, named).
-    """
-    _json_content_type(request)
-    try:
-        data = json.loads(body, parse_constant=_no_constant, parse_float=_finite_float, object_pairs_hook=_unique_keys)
-    except _DuplicateKey as dup:
-        key = str(dup.args[0])[:64]
-        named = key if lone_surrogate(key) is None else "body"
-        raise invalid_argument([FieldViolation(named, f"key {key!a} is given more than once")]) from None
-    except _NonFiniteNumber:
-        raise invalid_argument([FieldViolation("body", "holds NaN, Infinity or a number beyond a double")]) from None
-    except (UnicodeDecodeError, json.JSONDecodeError):
-        raise invalid_argument([FieldViolation("body", "is not valid JSON")]) from None
-    except RecursionError:
-        raise invalid_argument([FieldViolation("body", "nests arrays or objects too deeply")]) from None
-    except ValueError:  # an integer longer than Python's int conversion limit (sys.get_int_max_str_digits)
-        raise invalid_argument([FieldViolation("body", "holds a number with too many digits")]) from None
-    bad = lone_surrogate(data)
-    if bad is not None:
-        raise invalid_argument([FieldViolation(*bad)])
-    return data
-
-
-async def _until_disconnect(receive: Receive) -> None:
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            return
-
-
-_T = TypeVar("_T")
-
-
-async def _unless_disconnected(request: Request, work: Awaitable[_T]) -> _T:
-    """Run ``work`` in its own task (after the body was read); if the client disconnects
-    first, cancel it (which aborts its engine request), wait for its cleanup and raise
-    CANCELLED.
-
-    Raises:
-        RpcError: CANCELLED when the client went away.
-    """
-    task = asyncio.ensure_future(work)
-    watcher = asyncio.ensure_future(_until_disconnect(request.receive))
-    try:
-        await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        watcher.cancel()
-        if not task.done():
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
-    if task.cancelled():
-        raise RpcError(grpc.StatusCode.CANCELLED, "the client disconnected", Reason.CLIENT_DISCONNECTED)
-    return task.result()
-
-
-class EventStream(Response):
-    """A ``text/event-stream`` response whose producer runs in its own task, cancelled (once,
-    so that its cleanup can abort the engine request) when the client disconnects."""
-
-    media_type = "text/event-stream"
-
-    def __init__(self, first: str, rest: AsyncIterator[str], headers: dict[str, str]) -> None:
-        super().__init__(None, 200, {**headers, "cache-control": "no-cache"}, self.media_type)
-        # Streamed with chunked encoding: no Content-Length (Response adds "0" for no content).
-        self.raw_headers = [(k, v) for k, v in self.raw_headers if k != b"content-length"]
-        self._first = first
-        self._rest = rest
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        async def produce() -> None:
-            try:
-                await send({"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers})
-                await send({"type": "http.response.body", "body": self._first.encode(), "more_body": True})
-                async for event in self._rest:
-                    await send({"type": "http.response.body", "body": event.encode(), "more_body": True})
-                await send({"type": "http.response.body", "body": b"", "more_body": False})
-            finally:
-                # Cancelled or failed while sending: close the call now (recorded as cancelled,
-                # engine request aborted) instead of whenever the generator is collected.
-                with contextlib.suppress(Exception):
-                    await self._rest.aclose()  # type: ignore[attr-defined]
-
-        producer = asyncio.ensure_future(produce())
-        watcher = asyncio.ensure_future(_until_disconnect(receive))
-        try:
-            await asyncio.wait({producer, watcher}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            if not producer.done():
-                producer.cancel()
-            watcher.cancel()
-            await asyncio.gather(producer, watcher, return_exceptions=True)
-
-
 def _unaudited_id(request: Request) -> dict[str, str]:
     """The ``x-request-id`` header of a reply that is no call (health probes): the client's
     valid id echoed, else a new one, by the rule calls follow (``response_request_id``)."""
     return {REQUEST_ID_HEADER: response_request_id(request.headers.getlist(REQUEST_ID_HEADER))}
-
-
-def _sse(data: Any) -> str:
-    return f"data: {json.dumps(data, ensure_ascii=False, separators=(',', ':'))}\n\n"
-
-
-def _sse_event(event: dict[str, Any]) -> str:
-    """A Responses stream event: ``event: <type>`` and its JSON ``data`` (no ``[DONE]`` follows)."""
-    return f"event: {event['type']}\n{_sse(event)}"
 
 
 class OpenAIRoutes:
@@ -415,7 +172,7 @@ class OpenAIRoutes:
         return JSONResponse(body, status, {**headers, REQUEST_ID_HEADER: record.request_id or ""})
 
     async def _receive(self, request: Request, started: Started) -> bytes | RpcError:
-        """The body's bytes (``_read_body``), or the error that refuses the call: received
+        """The body's bytes (``read_body``), or the error that refuses the call: received
         before the call is admitted, so waiting for a slow client holds no admission slot, in
         one of ``Runtime.body_reception``'s slots (bounded in all, per client address and per
         identified principal, else RESOURCE_EXHAUSTED, 429). A refused body's call is audited
@@ -429,7 +186,7 @@ class OpenAIRoutes:
         limits = self.runtime.settings.limits
         try:
             with self.runtime.body_reception.slot(peer, principal):
-                return await _read_body(
+                return await read_body(
                     request,
                     self.max_body,
                     self.body_timeout_s,
@@ -465,8 +222,8 @@ class OpenAIRoutes:
             async with self.core.run(started, admitted=admit, cancel_code=_cancelled) as record:
                 if isinstance(raw, RpcError):
                     raise raw
-                data = _parse_json(request, raw) if request.method == "POST" else None
-                body = await _unless_disconnected(request, operation(record, data))
+                data = parse_json(request, raw) if request.method == "POST" else None
+                body = await unless_disconnected(request, operation(record, data))
         except RpcError as err:
             return self._error(err, started.record)
         return self._ok(body, started.record)
@@ -582,11 +339,11 @@ class OpenAIRoutes:
             async with self.core.run(started, admitted=not isinstance(raw, RpcError), cancel_code=_cancelled) as record:
                 if isinstance(raw, RpcError):
                     raise raw
-                body = parse_body(ResponsesBody, _parse_json(request, raw))
+                body = parse_body(ResponsesBody, parse_json(request, raw))
                 proto = responses_chat_request(body)
                 try:
                     if not body.stream:
-                        reply = await _unless_disconnected(request, self.ops.chat(proto, record))
+                        reply = await unless_disconnected(request, self.ops.chat(proto, record))
                         result = response_object(reply, body)
                     else:
                         stream = StreamEvents(body, record.request_id or "")
@@ -594,14 +351,14 @@ class OpenAIRoutes:
                         async with contextlib.aclosing(messages):  # type: ignore[type-var]
                             async for msg in messages:
                                 for event in stream.events(msg):
-                                    yield _sse_event(event)
+                                    yield sse_event(event)
                 except RpcError as err:
                     raise responses_error(err, body) from None
         except RpcError as err:
             if stream is None or not stream.started:
                 raise
             _, error_body, _ = http_error(err, chat=True)
-            yield _sse_event(stream.error(error_body))
+            yield sse_event(stream.error(error_body))
             return
         if result is not None:
             yield result
@@ -661,12 +418,12 @@ class OpenAIRoutes:
             async with self.core.run(started, admitted=admit, cancel_code=_cancelled) as record:
                 if isinstance(raw, RpcError):
                     raise raw
-                body = parse_body(ChatBody, _parse_json(request, raw))
+                body = parse_body(ChatBody, parse_json(request, raw))
                 top_n = body.top_logprobs or 0
                 proto = chat_request(body, "")
                 forced = forced_tool(body)
                 if not body.stream:
-                    reply, contents = await _unless_disconnected(request, self.ops.chat_contents(proto, record))
+                    reply, contents = await unless_disconnected(request, self.ops.chat_contents(proto, record))
                     result = chat_response(reply, body.model, top_n, forced, contents)
                 else:
                     include_usage = bool(body.stream_options and body.stream_options.include_usage)
@@ -683,13 +440,13 @@ class OpenAIRoutes:
                         async for msg, reading in messages:
                             for chunk in mapper.chunks(msg, reading):
                                 sent = True
-                                yield _sse(chunk)
+                                yield sse_data(chunk)
                     result = None
         except RpcError as err:
             if not sent:
                 raise
             _, error_body, _ = http_error(err, chat=True)
-            yield _sse(error_body)
+            yield sse_data(error_body)
             yield "data: [DONE]\n\n"
             return
         if result is not None:
@@ -756,7 +513,7 @@ class OpenAIRoutes:
         body: CompletionBody | None = None
         if refusal is None and started.refusal is None and started.request_id_ok:
             try:
-                body = parse_body(CompletionBody, _parse_json(request, raw))  # type: ignore[arg-type]
+                body = parse_body(CompletionBody, parse_json(request, raw))  # type: ignore[arg-type]
                 protos = completion_requests(body, self.runtime.settings.limits.max_completion_prompts)
                 self.core.policy.authorize(started.record.principal, started.record.method)
             except RpcError as err:
@@ -771,7 +528,7 @@ class OpenAIRoutes:
         top_n = body.logprobs or 0
         rid = started.record.request_id or ""
         if not body.stream:
-            replies = await _unless_disconnected(
+            replies = await unless_disconnected(
                 request,
                 _first_error(
                     [
@@ -807,12 +564,12 @@ class OpenAIRoutes:
                     item.ClearField("usage")
                 for chunk in mapper.chunks(item):
                     sent = True
-                    yield _sse(chunk)
+                    yield sse_data(chunk)
         except RpcError as err:
             if not sent:
                 raise
             _, error_body, _ = http_error(err)
-            yield _sse(error_body)
+            yield sse_data(error_body)
             yield "data: [DONE]\n\n"
             return
         finally:
@@ -820,7 +577,7 @@ class OpenAIRoutes:
                 producer.cancel()
             await asyncio.gather(*producers, return_exceptions=True)
         for chunk in mapper.chunks(inference_pb2.GenerateStreamResponse(request_id=rid, usage=total)):
-            yield _sse(chunk)
+            yield sse_data(chunk)
         yield "data: [DONE]\n\n"
 
 
@@ -833,6 +590,9 @@ def _in_prompt(err: RpcError, index: int | None) -> RpcError:
         for v in err.violations
     ]
     return dataclasses.replace(invalid_argument(named, err.reason), code=err.code, metadata=err.metadata)
+
+
+_T = TypeVar("_T")
 
 
 async def _first_error(calls: list[Awaitable[_T]]) -> list[_T]:

@@ -7,7 +7,7 @@ API checks them: a value of another JSON type is refused, never converted (``"n"
 (``"temperature": 1``) and ``null`` is accepted for every optional field. Other fields are
 kept (``model_extra``). Those named like a ``xinserve.v1.SamplingParams`` field that OpenAI
 does not define are vLLM's extra parameters, typed from the contract's descriptor, validated
-as strictly, and applied by ``service.frontends.openai.mapping``:
+as strictly, and applied by ``service.frontends.openai.request_mapping``:
 
 - the optional and repeated scalars (``top_k``, ``min_p``, ``repetition_penalty``,
   ``stop_token_ids``, ...; ``SAMPLING_EXTRAS``);
@@ -23,7 +23,7 @@ vLLM's removed ``guided_*`` fields and the ``structured_outputs`` options this s
 honour are refused, naming the field to use instead. Any other unknown field is ignored, as
 vLLM's and OpenAI-compatible servers do. Fields this server cannot honour (legacy ``functions``, ``echo``,
 ``suffix``, ``best_of`` > 1, audio, ``prompt_logprobs`` and
-``stream_options.continuous_usage_stats``) are refused by ``service.frontends.openai.mapping``, never silently
+``stream_options.continuous_usage_stats``) are refused by ``service.frontends.openai.request_mapping``, never silently
 dropped. Every string of a body, typed field or not, must be valid Unicode (``lone_surrogate``).
 """
 
@@ -129,7 +129,7 @@ class ToolCall(_Body):
 class ChatMessage(_Body):
     """One message of ``messages``. Which roles need ``content`` (all but an assistant
     message carrying ``tool_calls`` or ``function_call``) is checked by
-    ``service.frontends.openai.mapping.chat_request``."""
+    ``service.frontends.openai.request_mapping.chat_request``."""
 
     role: Literal["developer", "system", "user", "assistant", "tool", "function"]
     content: str | list[ContentPart] | None = None
@@ -176,7 +176,7 @@ class ChatBody(_Sampling):
     tools: list[ChatTool] | None = None
     tool_choice: Any = None
     """``"none"``, ``"auto"``, ``"required"`` or ``{"type": "function", "function": {"name"}}``;
-    checked by ``service.frontends.openai.mapping.tool_choice_of``, which names what is wrong."""
+    checked by ``service.frontends.openai.request_mapping.tool_choice_of``, which names what is wrong."""
     parallel_tool_calls: bool | None = None
     functions: list[Any] | None = None
     audio: Any = None
@@ -255,7 +255,7 @@ class StructuredOutputs(_Body):
     StructuredOutputsParams``): exactly one constraint, ``json`` (a JSON Schema, object or
     JSON text), ``regex``, ``choice`` (array of strings), ``grammar`` or ``json_object``.
     Its other keys (``disable_any_whitespace``, ``structural_tag``, ...) are kept and
-    refused by ``service.frontends.openai.mapping``."""
+    refused by ``service.frontends.openai.request_mapping``."""
 
     json_: dict[str, Any] | str | None = Field(default=None, alias="json")
     regex: str | None = None
