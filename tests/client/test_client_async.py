@@ -51,6 +51,26 @@ async def test_metadata_request_id_traceparent_token(stand_in):
     assert md["traceparent"].startswith("00-111")
 
 
+@pytest.mark.parametrize("rid", ["bad id\x01", "x" * 129])
+async def test_bad_request_id_is_a_local_value_error(aclient, stand_in, rid):
+    n = len(stand_in.state.calls)
+    with pytest.raises(ValueError, match=r"request_id must be 1\.\.128 printable ASCII"):
+        await aclient.generate(TINY, "x", request_id=rid)
+    with pytest.raises(ValueError, match="request_id"):
+        async with aclient.generate_stream(TINY, "x", request_id=rid) as stream:
+            [d async for d in stream]
+    assert len(stand_in.state.calls) == n
+
+
+async def test_bad_traceparent_and_token_are_local_value_errors(stand_in):
+    async with AsyncXinserveClient(stand_in.target, token=lambda: "s3cret\n") as c:
+        with pytest.raises(ValueError, match="traceparent must be"):
+            await c.generate(TINY, "x", traceparent="00-\x01")
+        with pytest.raises(ValueError, match="token must be") as caught:
+            await c.generate(TINY, "x")
+    assert "s3cret" not in str(caught.value)
+
+
 async def test_stream_collects_all(aclient):
     async with aclient.generate_stream(TINY, "a b c") as stream:
         texts = [d.text async for d in stream]

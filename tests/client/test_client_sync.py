@@ -66,6 +66,47 @@ def test_explicit_request_id_goes_in_request_and_metadata(client, stand_in):
     assert call.metadata["traceparent"].startswith("00-aaaa")
 
 
+@pytest.mark.parametrize("rid", ["bad id\x01", "with space", "x" * 129, "caf\u00e9"])
+def test_bad_request_id_is_a_local_value_error(client, stand_in, rid):
+    n = len(stand_in.state.calls)
+    with pytest.raises(ValueError, match=r"request_id must be 1\.\.128 printable ASCII"):
+        client.generate(TINY, "x", request_id=rid)
+    with pytest.raises(ValueError, match="request_id"):
+        list(client.generate_stream(TINY, "x", request_id=rid))
+    assert len(stand_in.state.calls) == n
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "name"),
+    [
+        ({"traceparent": "00-a\nb"}, "traceparent"),
+        ({"traceparent": "00-" + "a" * 32 + "-" + "b" * 16 + "-01", "tracestate": "k=\x7f"}, "tracestate"),
+        ({"metadata": [("x-tenant", "t\x00")]}, "metadata 'x-tenant'"),
+        ({"metadata": [("X-Tenant", "t")]}, "metadata key 'X-Tenant'"),
+    ],
+)
+def test_bad_metadata_is_a_local_value_error(client, stand_in, kwargs, name):
+    n = len(stand_in.state.calls)
+    with pytest.raises(ValueError, match=re.escape(name)):
+        client.generate(TINY, "x", **kwargs)
+    assert len(stand_in.state.calls) == n
+
+
+def test_bad_token_is_a_local_value_error_without_echoing_it(stand_in):
+    with pytest.raises(ValueError, match="token must be") as caught:
+        XinserveClient(stand_in.target, token="s3cret\n")
+    assert "s3cret" not in str(caught.value)
+    with XinserveClient(stand_in.target, token=lambda: "s3cret\r\n") as c:
+        with pytest.raises(ValueError, match="token must be") as caught:
+            c.generate(TINY, "x")
+    assert "s3cret" not in str(caught.value)
+
+
+def test_bad_channel_metadata_is_a_local_value_error(stand_in):
+    with pytest.raises(ValueError, match="metadata 'x-tenant'"):
+        XinserveClient(stand_in.target, metadata=[("x-tenant", "\u4e2d")])
+
+
 def test_generated_request_id_in_metadata(client, stand_in):
     client.list_models()
     rid = stand_in.state.last("ListModels").metadata["x-request-id"]

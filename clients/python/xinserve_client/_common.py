@@ -5,6 +5,7 @@ from __future__ import annotations
 import enum
 import json
 import os
+import re
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -236,6 +237,11 @@ class _TokenPlugin(grpc.AuthMetadataPlugin):  # type: ignore[misc]
         except Exception as exc:
             callback(None, exc)
             return
+        try:
+            check_header_value("token", token)
+        except ValueError as exc:
+            callback(None, exc)
+            return
         callback((("authorization", f"Bearer {token}"),), None)
 
 
@@ -311,6 +317,10 @@ def channel_config(
                 "(ca_cert=...) or pass allow_insecure_token=True"
             )
         token_as_metadata = True
+    if token is not None and not callable(token):
+        check_header_value("token", token)
+    if metadata:
+        check_metadata(metadata)
     return ChannelConfig(
         target=target,
         credentials=credentials,
@@ -322,6 +332,52 @@ def channel_config(
     )
 
 
+_REQUEST_ID = re.compile(r"[\x21-\x7e]{1,128}\Z")
+_HEADER_VALUE = re.compile(r"[\x20-\x7e]*\Z")
+_HEADER_KEY = re.compile(r"[0-9a-z_.-]+\Z")
+
+
+def check_request_id(request_id: str) -> None:
+    """Check a request id against the server's rule (1..128 printable ASCII, no spaces).
+
+    Raises:
+        ValueError: naming ``request_id`` and the rule.
+    """
+    if not isinstance(request_id, str) or not _REQUEST_ID.match(request_id):
+        raise ValueError(f"request_id must be 1..128 printable ASCII characters without spaces, got {request_id!r}")
+
+
+def check_header_value(name: str, value: object) -> None:
+    """Check that ``value`` can be sent as an ASCII gRPC metadata value (bytes 0x20..0x7E,
+    per the gRPC over HTTP/2 spec's ASCII-Value).
+
+    Raises:
+        ValueError: naming ``name``; the value itself is not echoed (it may be a secret).
+    """
+    if not isinstance(value, str) or not _HEADER_VALUE.match(value):
+        raise ValueError(f"{name} must be a string of printable ASCII characters (0x20..0x7E)")
+
+
+def check_metadata(metadata: Sequence[tuple[str, str]]) -> None:
+    """Check ``(key, value)`` pairs against gRPC's metadata rules: keys are lowercase
+    ``[0-9a-z_.-]``; values of keys ending ``-bin`` are bytes, other values printable ASCII.
+
+    Raises:
+        ValueError: naming the offending key.
+    """
+    for item in metadata:
+        if not (isinstance(item, tuple) and len(item) == 2):
+            raise ValueError(f"metadata must be (key, value) pairs, got {item!r}")
+        key, value = item
+        if not isinstance(key, str) or not _HEADER_KEY.match(key):
+            raise ValueError(f"metadata key {key!r} must be lowercase ASCII letters, digits, '-', '_' or '.'")
+        if key.endswith("-bin"):
+            if not isinstance(value, bytes):
+                raise ValueError(f"metadata {key!r} (a -bin key) must have a bytes value")
+        else:
+            check_header_value(f"metadata {key!r}", value)
+
+
 def call_metadata(
     config: ChannelConfig,
     *,
@@ -331,7 +387,21 @@ def call_metadata(
     metadata: Sequence[tuple[str, str]] | None,
     generate_request_id: bool,
 ) -> tuple[list[tuple[str, str]], str | None]:
-    """Per-call metadata and the request id it carries."""
+    """Per-call metadata and the request id it carries.
+
+    Raises:
+        ValueError: a request id, traceparent, tracestate, token or metadata pair that
+            gRPC metadata or the server's request-id rule does not allow.
+        UnavailableError: the token callable raised.
+    """
+    if request_id:
+        check_request_id(request_id)
+    if traceparent:
+        check_header_value("traceparent", traceparent)
+        if tracestate:
+            check_header_value("tracestate", tracestate)
+    if metadata:
+        check_metadata(metadata)
     rid = request_id or (uuid.uuid4().hex if generate_request_id else None)
     md: list[tuple[str, str]] = list(config.extra_metadata)
     if rid:
@@ -348,6 +418,7 @@ def call_metadata(
             raise UnavailableError(
                 f"getting the bearer token failed: {exc}", code=grpc.StatusCode.UNAVAILABLE, request_id=rid
             ) from exc
+        check_header_value("token", token)
         md.append(("authorization", f"Bearer {token}"))
     if metadata:
         md.extend(metadata)
