@@ -36,6 +36,8 @@ OPENAI_INFERENCE_METHODS = (
     "openai/chat.completions",
     "openai/completions",
     "openai/embeddings",
+    "openai/score",
+    "openai/rerank",
     "openai/responses",
     "openai/tokenize",
     "openai/detokenize",

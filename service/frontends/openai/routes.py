@@ -4,7 +4,9 @@ the call core (``service.pipeline.call_core``) and the inference operations (``s
 Routes (OpenAI API reference): ``GET /v1/models``, ``GET /v1/models/{model}``,
 ``POST /v1/completions``, ``POST /v1/chat/completions`` (``stream: true`` → Server-Sent
 Events ending in ``data: [DONE]``; ``stream_options.include_usage`` adds a usage chunk),
-``POST /v1/embeddings``, ``POST /v1/responses`` (OpenAI's Responses API for text, as one
+``POST /v1/embeddings``, ``POST /score`` and ``POST /rerank`` (vLLM's, with its
+``/v1/score``, ``/v1/rerank`` and ``/v2/rerank`` aliases: ``service.frontends.openai.scoring``),
+``POST /v1/responses`` (OpenAI's Responses API for text, as one
 Chat call: ``service.frontends.openai.responses``); ``GET /health`` (200 while the gRPC health of ``""`` is SERVING,
 else 503; ``/ping`` the same) and ``GET /health/live`` (200 while the process runs); none is
 audited, each answers with an ``x-request-id`` like every reply.
@@ -44,6 +46,7 @@ from service.access.login_throttle import peer_host
 from service.core.call_context import CallRecord
 from service.core.reasons import Reason
 from service.core.status import FieldViolation, RpcError, invalid_argument
+from service.frontends.openai import scoring
 from service.frontends.openai.body import parse_json, read_body
 from service.frontends.openai.connections import response_request_id
 from service.frontends.openai.errors import http_error
@@ -147,6 +150,11 @@ class OpenAIRoutes:
                 Route("/v1/completions", self.completions, methods=["POST"]),
                 Route("/v1/chat/completions", self.chat_completions, methods=["POST"]),
                 Route("/v1/embeddings", self.embeddings, methods=["POST"]),
+                Route("/score", self.score, methods=["POST"]),
+                Route("/v1/score", self.score, methods=["POST"]),
+                Route("/rerank", self.rerank, methods=["POST"]),
+                Route("/v1/rerank", self.rerank, methods=["POST"]),
+                Route("/v2/rerank", self.rerank, methods=["POST"]),
                 Route("/v1/responses", self.responses, methods=["POST"]),
                 Route("/tokenize", self.tokenize, methods=["POST"]),
                 Route("/detokenize", self.detokenize, methods=["POST"]),
@@ -166,7 +174,7 @@ class OpenAIRoutes:
 
     @staticmethod
     def _error(err: RpcError, record: CallRecord, chat: bool = False) -> JSONResponse:
-        status, body, headers = http_error(err, chat=chat)
+        status, body, headers = http_error(err, chat=chat, token_refused=record.principal.auth_method == "token")
         if status == 408:  # the rest of the body may still arrive: the connection cannot be reused
             headers = {**headers, "connection": "close"}
         return JSONResponse(body, status, {**headers, REQUEST_ID_HEADER: record.request_id or ""})
@@ -314,6 +322,26 @@ class OpenAIRoutes:
             return embedding_response(reply, body.model, body.encoding_format or "float")
 
         return await self._call(request, "openai/embeddings", True, op)
+
+    async def score(self, request: Request) -> Response:
+        """vLLM's ``POST /score`` (and ``/v1/score``) for embedding models: cosine similarities
+        of the texts' embeddings (``service.frontends.openai.scoring``), audited ``openai/score``."""
+
+        async def op(record: CallRecord, data: Any) -> Any:
+            limit = self.runtime.settings.limits.max_embed_inputs
+            return await scoring.score(self.ops, self.core.policy, self.runtime.models, record, data, limit)
+
+        return await self._call(request, "openai/score", True, op)
+
+    async def rerank(self, request: Request) -> Response:
+        """vLLM's ``POST /rerank`` (and ``/v1/rerank``, ``/v2/rerank``) for embedding models,
+        audited ``openai/rerank``."""
+
+        async def op(record: CallRecord, data: Any) -> Any:
+            limit = self.runtime.settings.limits.max_embed_inputs
+            return await scoring.rerank(self.ops, self.core.policy, self.runtime.models, record, data, limit)
+
+        return await self._call(request, "openai/rerank", True, op)
 
     async def responses(self, request: Request) -> Response:
         """OpenAI's ``POST /v1/responses`` for text (``service.frontends.openai.responses``):
