@@ -5,6 +5,8 @@ codes"). ``param`` names the OpenAI request field of the first field violation; 
 the ``ErrorInfo`` reason in lower case (``model_not_found``, ``admission_queue_full``): a value of
 the contract's ``xinserve.v1.ErrorReason`` (``openai_code``).
 RESOURCE_EXHAUSTED and UNAVAILABLE carry ``Retry-After`` (seconds) from ``RetryInfo``.
+Every 401 carries ``WWW-Authenticate: Bearer realm="xinserve"`` (RFC 9110 section 11.6.1),
+with ``error="invalid_token"`` when a presented token was refused (RFC 6750 section 3.1).
 """
 
 from __future__ import annotations
@@ -50,8 +52,18 @@ def openai_code(reason: Reason) -> str:
     return reason.lower()
 
 
-def http_error(err: RpcError, *, chat: bool = False) -> tuple[int, dict[str, Any], dict[str, str]]:
-    """(HTTP status, OpenAI error body, extra headers) for ``err``."""
+BEARER_REALM = "xinserve"
+
+
+def http_error(
+    err: RpcError, *, chat: bool = False, token_refused: bool = False
+) -> tuple[int, dict[str, Any], dict[str, str]]:
+    """(HTTP status, OpenAI error body, extra headers) for ``err``.
+
+    ``token_refused``: the call presented an ``Authorization`` credential that was refused; a
+    401 then challenges with ``error="invalid_token"`` (RFC 6750 section 3.1), otherwise with
+    the bare ``Bearer realm`` challenge (no error code for a request without credentials).
+    """
     status, kind = _HTTP.get(err.code, (500, "api_error"))
     if err.reason in _HTTP_BY_REASON:
         status, kind = _HTTP_BY_REASON[err.reason], "invalid_request_error"
@@ -64,5 +76,10 @@ def http_error(err: RpcError, *, chat: bool = False) -> tuple[int, dict[str, Any
     headers: dict[str, str] = {}
     if err.retry_after_s is not None and status in (429, 503):
         headers["retry-after"] = str(max(1, math.ceil(err.retry_after_s)))
+    if status == 401:
+        challenge = f'Bearer realm="{BEARER_REALM}"'
+        if token_refused:
+            challenge += ', error="invalid_token"'
+        headers["www-authenticate"] = challenge
     body = {"error": {"message": message, "type": kind, "param": param, "code": openai_code(err.reason)}}
     return status, body, headers
