@@ -115,6 +115,15 @@ async def _fail_on_demand(model: str, context: grpc.aio.ServicerContext, request
                 error_details_pb2.RetryInfo(retry_delay=duration_pb2.Duration(seconds=2, nanos=500_000_000)),
             )
         )
+    if model == "loading":
+        await context.abort_with_status(
+            _rich_abort_status(
+                code_pb2.UNAVAILABLE,
+                "model 'loading' is loading",
+                error_details_pb2.ErrorInfo(reason="MODEL_LOADING", domain="xinserve.io", metadata={"model": model}),
+                error_details_pb2.RetryInfo(retry_delay=duration_pb2.Duration(seconds=5)),
+            )
+        )
     if model.startswith("status:"):
         code = grpc.StatusCode[model.split(":", 1)[1]]
         await context.abort(code, f"scripted {code.name}")

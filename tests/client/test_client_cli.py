@@ -97,6 +97,13 @@ def test_unreachable_exits_3(closed_port_target, capsys):
     assert "UNAVAILABLE" in err and closed_port_target in err and "Traceback" not in err
 
 
+def test_server_sent_unavailable_exits_3_without_the_connection_hint(stand_in, capsys):
+    code, _, err = run(["generate", "--target", stand_in.target, "-m", "loading", "x"], capsys)
+    assert code == 3
+    assert "UNAVAILABLE: model 'loading' is loading" in err
+    assert "is the server running" not in err and "Traceback" not in err
+
+
 def test_resource_exhausted_exits_1_with_retry_hint(stand_in, capsys):
     code, _, err = run(["chat", "--target", stand_in.target, "-m", "busy", "hi"], capsys)
     assert code == 1 and "RESOURCE_EXHAUSTED" in err and "retry after 2.5 s" in err

@@ -193,7 +193,9 @@ def _guarded(args: argparse.Namespace, body: Callable[[XinserveClient], int]) ->
         _err(args, str(exc))
         return EXIT_USAGE
     except UnavailableError as exc:
-        _err(args, f"{exc} (is the server running at {args.target}?)")
+        # A server that replied (ErrorInfo: loading, draining, ...) is running; the hint is for
+        # a connection that failed.
+        _err(args, str(exc) if exc.reason else f"{exc} (is the server running at {args.target}?)")
         return EXIT_UNAVAILABLE
     except XinserveError as exc:
         _err(args, str(exc))
