@@ -113,6 +113,24 @@ WRONG_TYPES: dict[str, tuple[str, dict[str, Any], str, str]] = {
         "expected a string, an array of strings, an array of integers or an array of arrays of integers, "
         "but got an integer",
     ),
+    "prompt-batch-element": (
+        "completions",
+        {"prompt": ["a", 5, "c"]},
+        "prompt[1]",
+        "expected a string, but got an integer",
+    ),
+    "prompt-token-batch-element": (
+        "completions",
+        {"prompt": [1, "x", 3]},
+        "prompt[1]",
+        "expected an integer, but got a string",
+    ),
+    "prompt-token-batches-element": (
+        "completions",
+        {"prompt": [[1, 2], [3, "y"]]},
+        "prompt[1][1]",
+        "expected an integer, but got a string",
+    ),
     "stop-element": ("completions", {"stop": ["a", 1]}, "stop[1]", "expected a string, but got an integer"),
     "content-number": (
         "chat/completions",

@@ -379,11 +379,26 @@ def _fits(label: str, kind: str) -> bool:
     return expected == kind or (expected, kind) == ("number", "integer")
 
 
+def _closest_arrays(labels: Sequence[str], found: list[Any], members: Sequence[_Located]) -> list[str]:
+    """The array members of a union that ``found`` (a non-empty array) fits most nearly: those
+    with the fewest element errors, then those whose element type is the first element's (a
+    batch ``["a", 5]`` is an array of strings with a bad element, not an array of integers)."""
+    counts = {label: sum(1 for rest, _ in members if rest[0] == label) for label in labels}
+    fewest = min(counts.values())
+    closest = [label for label in labels if counts[label] == fewest]
+    if len(closest) > 1:
+        first = json_type(found[0])
+        by_first = [label for label in closest if label.startswith("list[") and _fits(label[5:-1], first)]
+        closest = by_first or closest
+    return closest
+
+
 def _violations(path: str, value: Any, errors: Sequence[_Located]) -> list[FieldViolation]:
     """Field violations (OpenAI request paths) for pydantic ``errors`` located below
     ``value`` (at ``path``). A value that fits no member of a union is named once, with
-    the types the field accepts; if exactly one member has the value's JSON type, that
-    member's own errors are reported instead."""
+    the types the field accepts; if exactly one member has the value's JSON type (for an
+    array, the one it fits most nearly: ``_closest_arrays``), that member's own errors are
+    reported instead (``prompt[1]``)."""
     out: list[FieldViolation] = []
     unions: dict[str, tuple[Any, list[_Located]]] = {}
     for loc, error in errors:
@@ -396,6 +411,8 @@ def _violations(path: str, value: Any, errors: Sequence[_Located]) -> list[Field
         labels = list(dict.fromkeys(str(rest[0]) for rest, _ in members))
         kind = json_type(found)
         fitting = [label for label in labels if _fits(label, kind)]
+        if len(fitting) > 1 and isinstance(found, list) and found:
+            fitting = _closest_arrays(fitting, found, members)
         if len(fitting) == 1:
             inner = [(rest[1:], error) for rest, error in members if rest[0] == fitting[0]]
             out.extend(_violations(at, found, inner))
