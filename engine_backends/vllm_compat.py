@@ -14,6 +14,7 @@ import dataclasses
 import importlib.metadata
 import inspect
 import multiprocessing
+import os
 import re
 import threading
 import weakref
@@ -81,6 +82,7 @@ __all__ = [
     "model_sampling_defaults",
     "release_engine_metrics",
     "render_token_prompt",
+    "set_engine_environment",
     "start_engine",
     "yield_between_engine_steps",
 ]
@@ -204,6 +206,21 @@ class _EnvsCache:
 
 
 _ENVS_CACHE = _EnvsCache()
+
+
+def set_engine_environment(*, xgrammar_cache_mb: int) -> None:
+    """Set the vLLM environment variables xinserve configures, in this process's environment
+    (inherited by the engine-core processes vLLM spawns): ``VLLM_XGRAMMAR_CACHE_MB``, the MiB
+    of compiled structured-output grammars xgrammar's ``GrammarCompiler`` caches per process
+    (``cache_limit_bytes`` in vLLM's ``backend_xgrammar``). Call before an engine is built:
+    vLLM reads its variables afresh while one builds (``_EnvsCache``).
+
+    Raises:
+        ValueError: ``xgrammar_cache_mb`` below 1.
+    """
+    if xgrammar_cache_mb < 1:
+        raise ValueError(f"xgrammar_cache_mb must be >= 1, got {xgrammar_cache_mb}")
+    os.environ["VLLM_XGRAMMAR_CACHE_MB"] = str(int(xgrammar_cache_mb))
 
 
 def envs_cached() -> bool:

@@ -30,7 +30,7 @@ from audit.log import load_signer
 from engine_backends.builtin_models import builtin_models
 from engine_backends.engine_args_plan import engine_options, plan_engine_args
 from engine_backends.platforms import PlatformProfile, resolve_device
-from engine_backends.vllm_compat import engine_version
+from engine_backends.vllm_compat import engine_version, set_engine_environment
 from engine_backends.vllm_engine import VllmEngine
 from service.core import metrics
 from service.core.audit_trail import AuditTrail
@@ -206,6 +206,7 @@ class Server:
             StartupRefused: image signature, audit log or TEE refused the start.
         """
         offline_environment()
+        set_engine_environment(xgrammar_cache_mb=settings.engine.xgrammar_cache_mb)
         profile = resolve_device(settings.engine.device, settings.engine.visible_devices)
         if settings.trust.allow_unsigned_models:
             log.warning("ALLOW_UNSIGNED_MODELS", note="models that fail verification will be served: development only")

@@ -96,7 +96,8 @@ class EngineArgsSettings(SettingsModel):
 
     def engine_args(self) -> dict[str, Any]:
         """The vLLM EngineArgs overrides that are set."""
-        return {k: v for k, v in self.model_dump().items() if v is not None and k not in ("device", "visible_devices")}
+        skip = ("device", "visible_devices", "xgrammar_cache_mb")
+        return {k: v for k, v in self.model_dump().items() if v is not None and k not in skip}
 
 
 class ModelSettings(SettingsModel):
@@ -147,6 +148,10 @@ class EngineSettings(EngineArgsSettings):
 
     device: str = "auto"
     visible_devices: str | None = None
+    xgrammar_cache_mb: int = Field(default=64, ge=1, le=1024 * 1024)
+    """MiB of compiled JSON-Schema/grammar structured-output grammars each engine process keeps
+    (vLLM's ``VLLM_XGRAMMAR_CACHE_MB``, vLLM's default 512). Beyond it xgrammar evicts
+    grammars; an evicted one is compiled again when a request uses its schema once more."""
 
     @field_validator("device")
     @classmethod
