@@ -134,6 +134,9 @@ class _SyncCalls(_ClientBase):
             ResourceExhaustedError: admission full (``retry_after`` seconds).
             DeadlineExceededError, UnavailableError, XinserveError: other failures.
             TypeError: an unknown sampling keyword.
+            ValueError: before sending, a ``request_id`` outside 1..128 printable ASCII without
+                spaces, or a ``traceparent``, ``tracestate``, token or ``metadata`` pair that gRPC
+                metadata cannot carry.
         """
         request = self._generate_request(model, prompt, sampling_params, request_id, sampling)
         kwargs, rid = self._call_args(
