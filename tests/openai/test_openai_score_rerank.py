@@ -124,6 +124,7 @@ async def test_bad_requests_are_refused_naming_the_field(http_server, path, body
     assert error["param"] == param, error
     if param == "model":
         assert "cross-encoder" in error["message"] and "embedding" in error["message"]
+        assert error["code"] == "wrong_model_kind"
 
 
 async def test_texts_are_bounded_by_max_embed_inputs(live_server):

@@ -23,6 +23,7 @@ from pydantic import Field
 
 from service.access.policy import AccessPolicy
 from service.core.call_context import CallRecord
+from service.core.reasons import Reason
 from service.core.status import FieldViolation, RpcError, invalid_argument
 from service.frontends.openai.schemas import _Body, parse_body
 from service.operations.inference import Inference
@@ -256,7 +257,7 @@ def check_embedding_model(
 
     Raises:
         RpcError: PERMISSION_DENIED/UNAUTHENTICATED (not granted); INVALID_ARGUMENT naming
-            ``model`` for a generative model.
+            ``model``, reason WRONG_MODEL_KIND, for a generative model.
     """
     if not model:
         return
@@ -264,7 +265,8 @@ def check_embedding_model(
     policy.authorize_model(record.principal, record.method, model)
     entry = models.get(model)
     if entry is not None and entry.kind != "embed":
-        raise _refuse("model", f"{model[:128]!r} is a generative model; {CROSS_ENCODER_NOTE}")
+        violation = FieldViolation("model", f"{model[:128]!r} is a generative model; {CROSS_ENCODER_NOTE}")
+        raise invalid_argument([violation], Reason.WRONG_MODEL_KIND)
 
 
 async def score(
