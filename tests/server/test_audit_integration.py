@@ -403,13 +403,13 @@ async def test_unknown_method_is_unimplemented_and_audited(live_server):
 
 
 async def test_filter_typos_are_refused_not_answered_with_nothing(live_server, tokens):
-    # Before the fix, outcome "ok" or event "bogus" silently matched no record.
+    # A typo must not read as "no such records" (case alone is no typo: "ok" is OK).
     overrides = {"listen": {"plaintext": ["127.0.0.1:0"]}, "auth": {"token_file": str(tokens)}}
     async with extra_frontend(live_server, overrides, audit=live_server.runtime.audit) as (_, _, port):
         async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
             svc = audit_pb2_grpc.AuditServiceStub(channel)
             auditor = (("authorization", f"Bearer {AUDITOR}"),)
-            flt = audit_pb2.AuditFilter(outcome="ok", event="bogus")
+            flt = audit_pb2.AuditFilter(outcome="okay", event="bogus")
             with pytest.raises(grpc.aio.AioRpcError) as err:
                 _ = [r async for r in svc.QueryRecords(audit_pb2.QueryRecordsRequest(filter=flt), metadata=auditor)]
             assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
